@@ -1,0 +1,34 @@
+"""muser: run GGUF language models locally; up to four generations share one
+accelerator safely and fast.
+
+The public surface is re-exported here; see the README for a tour.
+"""
+
+from __future__ import annotations
+
+from muser.errors import (
+    Cancelled,
+    ContextOverflow,
+    FetchError,
+    GrammarError,
+    InternalError,
+    ModelFormatError,
+    MuserError,
+    Overloaded,
+    Unhealthy,
+)
+from muser import _core  # noqa: F401  (fail early if the extension is missing)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cancelled",
+    "ContextOverflow",
+    "FetchError",
+    "GrammarError",
+    "InternalError",
+    "ModelFormatError",
+    "MuserError",
+    "Overloaded",
+    "Unhealthy",
+]
