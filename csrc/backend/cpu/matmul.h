@@ -1,0 +1,31 @@
+// The CPU's weight-stationary products. Contract shared by every caller:
+//
+//   y[r, o] = sum_i W[o, i] * x[r, i]   for r < n_rows, o < W.ne[1]
+//   (W is a GGUF tensor in ggml order: ne[0] = input size, ne[1] = outputs)
+//
+// - Each weight row is read once for all n_rows activation rows (one weight
+//   pass, what decode_group relies on).
+// - Row r of y is bitwise identical whatever n_rows is, whatever the other
+//   rows hold and however many threads run: the reduction order per output
+//   element is fixed (the exactness contract in DESIGN.md).
+// - Quantized weights take int8-quantized activations as llama.cpp does
+//   (the activation row is quantized once per call, per row).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "weights/gguf_file.h"
+
+namespace muser::cpu {
+
+// x: (n_rows, w.ne[0]) float32 row-major; y: (n_rows, w.ne[1]) float32.
+// Throws InvalidArgument when w is not 2-D.
+void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool);
+
+// Dequantizes rows `row_ids[k]` of a 2-D tensor into out[k, :] (w.ne[0] floats
+// each): the embedding lookup. Throws InvalidArgument for an id out of range.
+void dequantize_rows(const TensorInfo& w, const int32_t* row_ids, size_t n, float* out);
+
+}  // namespace muser::cpu
