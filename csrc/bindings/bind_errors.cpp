@@ -41,6 +41,8 @@ void init_errors(nb::module_& m) {
       raise_as("Overloaded", e.what());
     } catch (const Unhealthy& e) {
       raise_as("Unhealthy", e.what());
+    } catch (const Timeout& e) {
+      raise_with(PyExc_TimeoutError, e.what());
     } catch (const InternalError& e) {
       raise_as("InternalError", e.what());
     }

@@ -8,5 +8,6 @@ namespace muser::bindings {
 void init_errors(nanobind::module_& m);
 void init_gguf(nanobind::module_& m);
 void init_scheduler(nanobind::module_& m);
+void init_serve(nanobind::module_& m);
 
 }  // namespace muser::bindings

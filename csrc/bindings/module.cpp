@@ -5,4 +5,5 @@ NB_MODULE(_core, m) {
   muser::bindings::init_errors(m);
   muser::bindings::init_gguf(m);
   muser::bindings::init_scheduler(m);
+  muser::bindings::init_serve(m);
 }
