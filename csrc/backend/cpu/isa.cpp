@@ -24,7 +24,14 @@ struct CpuFeatures {
 
 CpuFeatures detect_features() {
   CpuFeatures f;
-  // Scalar only so far: the AVX2 / AVX-512 tables are not built yet.
+#if MUSER_X86_DISPATCH
+  __builtin_cpu_init();
+  // __builtin_cpu_supports also checks that the OS saves the wide registers.
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  f.avx512 = false && f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
   return f;
 }
 
@@ -67,7 +74,11 @@ const KernelSet& kernel_set(Isa isa) {
   }
   switch (isa) {
     case Isa::Scalar: return scalar_kernel_set();
+#if MUSER_X86_DISPATCH
+    case Isa::Avx2: return avx2_kernel_set();
+#else
     default: break;
+#endif
   }
   throw InternalError("[cpu] no kernel table for a supported instruction set");
 }

@@ -41,6 +41,7 @@ struct KernelSet {
 // The kernel tables, one per instruction set. Only call the SIMD ones after
 // isa_supported() said yes.
 const KernelSet& scalar_kernel_set();
+const KernelSet& avx2_kernel_set();
 
 const char* isa_name(Isa isa);
 // Whether this CPU (and this build) can run `isa`. Scalar always can.
