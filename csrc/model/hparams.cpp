@@ -85,16 +85,17 @@ uint32_t read_vocab_size(const GgufFile& file, const Keys& keys) {
 }
 
 // Linear RoPE scaling is the only kind the graph implements; anything else
-// would silently give wrong logits, so it is refused.
+// would silently give wrong logits, so it is refused. As in llama.cpp, the
+// factor applies whenever present and the type defaults to linear.
 double read_linear_rope_scale(const GgufFile& file, const Keys& keys) {
   std::string type_key = keys.key("rope.scaling.type");
-  std::string_view type = file.get_string(type_key, "none");
-  if (type == "none") return 1.0;
-  if (type != "linear") {
+  std::string_view type = file.get_string(type_key, "linear");
+  if (type != "none" && type != "linear") {
     fail("key '" + type_key + "': expected 'none' or 'linear', got '" + std::string(type) + "'");
   }
-  double factor = keys.positive("rope.scaling.factor", 1.0);
-  return 1.0 / factor;
+  const char* factor_key = keys.has("rope.scale_linear") ? "rope.scale_linear" : "rope.scaling.factor";
+  double factor = keys.non_negative(factor_key);
+  return factor == 0.0 ? 1.0 : 1.0 / factor;
 }
 
 // Which layers are local. gemma3 alternates five local layers with one global
@@ -186,7 +187,13 @@ HParams HParams::from_gguf(const GgufFile& file) {
       if (hp.n_layer == 62 && hp.n_embd % hp.n_head == 0) {
         hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
       }
-      hp.sliding_window = keys.count("attention.sliding_window", 1, std::numeric_limits<int32_t>::max());
+      // Without a window (the key absent or 0) every layer is global, and
+      // the logits are soft-capped when the file gives a cap.
+      hp.sliding_window = keys.count("attention.sliding_window", 0, std::numeric_limits<int32_t>::max(), 0);
+      if (hp.sliding_window == 0) {
+        hp.final_logit_softcap = static_cast<float>(keys.non_negative("final_logit_softcapping"));
+        break;
+      }
       // Local layers rotate with their own base and no position scaling.
       double local_base = keys.positive("rope.freq_base_swa", 10000.0);
       std::vector<bool> sliding = read_sliding_layers(file, keys, hp.n_layer);
@@ -196,8 +203,6 @@ HParams HParams::from_gguf(const GgufFile& file) {
       break;
     }
   }
-  hp.final_logit_softcap = static_cast<float>(keys.non_negative("final_logit_softcapping"));
-  hp.attn_logit_softcap = static_cast<float>(keys.non_negative("attn_logit_softcapping"));
   return hp;
 }
 

@@ -71,12 +71,8 @@ std::string layer_tensor(uint32_t il, const char* what) {
 
 ModelWeights ModelWeights::bind(const GgufFile& file, const HParams& hp) {
   Binder b(file);
-  // Per-dimension RoPE frequency factors (llama 3.1 style) change the
-  // rotation; running without them would give wrong logits silently.
-  if (b.has("rope_freqs.weight")) {
-    fail("tensor 'rope_freqs.weight': per-dimension RoPE frequency factors are not supported");
-  }
   ModelWeights w;
+  if (b.has("rope_freqs.weight")) w.rope_freqs = b.vector("rope_freqs.weight", hp.n_rot / 2);
   w.token_embd = b.matrix("token_embd.weight", hp.n_embd, hp.n_vocab);
   w.output_norm = b.vector("output_norm.weight", hp.n_embd);
   w.tied_output = !b.has("output.weight");

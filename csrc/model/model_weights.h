@@ -35,6 +35,8 @@ struct ModelWeights {
   const TensorInfo* output_norm = nullptr;  // (n_embd)
   const TensorInfo* output = nullptr;       // (n_embd -> n_vocab); == token_embd when tied
   bool tied_output = false;                 // the file has no output.weight
+  // (n_rot / 2) divisors of the RoPE frequencies (llama 3 style), or null.
+  const TensorInfo* rope_freqs = nullptr;
   std::vector<LayerWeights> layers;
 
   // Finds every tensor the architecture needs. Throws ModelFormatError naming

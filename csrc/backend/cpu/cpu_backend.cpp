@@ -58,6 +58,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const Model> model, std::shared_ptr<Threa
   if (!model_ || !pool_) throw InternalError("[cpu backend] needs a model and a thread pool");
   const HParams& hp = model_->hparams;
   const ModelWeights& w = model_->weights;
+  const std::vector<float> rope_divisors = to_floats(w.rope_freqs);
   layer_vectors_.resize(hp.n_layer);
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& lw = w.layers[il];
@@ -77,7 +78,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const Model> model, std::shared_ptr<Threa
       return f.same_as(la.rope_base, la.rope_freq_scale);
     });
     if (same == rope_.end()) {
-      rope_.emplace_back(la.rope_base, la.rope_freq_scale, hp.n_rot);
+      rope_.emplace_back(la.rope_base, la.rope_freq_scale, hp.n_rot, rope_divisors);
       same = rope_.end() - 1;
     }
     lv.rope_kind = static_cast<size_t>(same - rope_.begin());
@@ -240,7 +241,6 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
     head.head_dim_k = hp.head_dim_k;
     head.head_dim_v = hp.head_dim_v;
     head.scale = hp.attn_scale;
-    head.softcap = hp.attn_logit_softcap;
     const size_t first = window > 0 && row.position + 1 > window ? row.position + 1 - window : 0;
     cpu::attend(ws_.q.data() + r * q_width + h * hp.head_dim_k, *caches[row.segment], head, first,
                 row.position, f16_, ws_.scores[static_cast<size_t>(thread)].data(),

@@ -12,7 +12,6 @@ void attend(const float* q, const KvCache& kv, const AttentionHead& head, size_t
   for (size_t i = 0; i < n; ++i) {
     const uint16_t* k = kv.k_row(head.layer, first + i) + head.k_offset;
     float s = ops.dot(q, k, head.head_dim_k) * head.scale;
-    if (head.softcap > 0.0f) s = head.softcap * std::tanh(s / head.softcap);
     scores[i] = s;
     if (s > max_score) max_score = s;
   }

@@ -16,7 +16,6 @@ struct AttentionHead {
   size_t head_dim_k = 0;
   size_t head_dim_v = 0;
   float scale = 1.0f;    // multiplies q.k
-  float softcap = 0.0f;  // 0 = none; else scores become softcap * tanh(score / softcap)
 };
 
 // out (head_dim_v floats) = sum_p softmax_p(scale * q . K[p]) * V[p] over

@@ -4,10 +4,12 @@
 
 namespace muser::cpu {
 
-RopeFrequencies::RopeFrequencies(double base, double position_scale, size_t n_rot)
+RopeFrequencies::RopeFrequencies(double base, double position_scale, size_t n_rot,
+                                 const std::vector<float>& divisors)
     : base_(base), position_scale_(position_scale), inv_freq_(n_rot / 2) {
   for (size_t i = 0; i < inv_freq_.size(); ++i) {
     inv_freq_[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    if (!divisors.empty()) inv_freq_[i] /= static_cast<double>(divisors[i]);
   }
 }
 

@@ -9,12 +9,14 @@
 namespace muser::cpu {
 
 // The rotation angles of one RoPE configuration (base, linear position
-// scale) for n_rot dimensions: angle_i(p) = p * scale * base^(-2i / n_rot).
+// scale, optional per-pair frequency divisors) for n_rot dimensions:
+// angle_i(p) = p * scale * base^(-2i / n_rot) / divisor_i.
 // Angles, cosines and sines are computed in double and rounded once, so a
 // position's table is the same whichever batch it appears in.
 class RopeFrequencies {
  public:
-  RopeFrequencies(double base, double position_scale, size_t n_rot);
+  // divisors: n_rot / 2 floats, or empty for none.
+  RopeFrequencies(double base, double position_scale, size_t n_rot, const std::vector<float>& divisors);
 
   size_t n_pairs() const { return inv_freq_.size(); }
   bool same_as(double base, double position_scale) const {
