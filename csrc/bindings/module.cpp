@@ -6,4 +6,6 @@ NB_MODULE(_core, m) {
   muser::bindings::init_gguf(m);
   muser::bindings::init_engine(m);
   muser::bindings::init_testing(m);
+  muser::bindings::init_scheduler(m);
+  muser::bindings::init_serve(m);
 }

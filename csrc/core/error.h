@@ -49,6 +49,12 @@ class Unhealthy : public Error {
   using Error::Error;
 };
 
+// A bounded wait ran out (-> TimeoutError).
+class Timeout : public Error {
+ public:
+  using Error::Error;
+};
+
 // A broken internal invariant. Thrown instead of asserting so the host
 // process never dies.
 class InternalError : public Error {

@@ -157,7 +157,29 @@ GgufValue read_value(Cursor& cur, GgufType type, const std::string& what, int de
   return v;
 }
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+// Names from the file go into error messages; escape control bytes and
+// anything that is not valid UTF-8 so the message itself is always text.
+std::string quoted(std::string_view s) {
+  std::string out = "'";
+  size_t i = 0;
+  while (i < s.size()) {
+    auto byte = static_cast<unsigned char>(s[i]);
+    size_t len = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xE ? 3 : (byte >> 3) == 0x1E ? 4 : 0;
+    bool valid = len != 0 && i + len <= s.size();
+    for (size_t k = 1; valid && k < len; ++k) valid = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (valid && (len > 1 || (byte >= 0x20 && byte != 0x7F))) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[byte >> 4];
+      out += hex[byte & 0xF];
+      i += 1;
+    }
+  }
+  return out + "'";
+}
 
 }  // namespace
 

@@ -1,0 +1,128 @@
+// Serving-layer building blocks: cancellation tokens, slot admission and the
+// decode batcher. muser.SlotPool composes them with an Engine; they are also
+// bound on their own so property tests drive the real code from threads.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+
+#include "bindings/bindings.h"
+#include "core/error.h"
+#include "serve/decode_batcher.h"
+#include "serve/slot_admission.h"
+
+namespace nb = nanobind;
+
+namespace muser::bindings {
+namespace {
+
+std::optional<std::chrono::nanoseconds> to_timeout(std::optional<double> seconds) {
+  if (!seconds) return std::nullopt;
+  if (*seconds < 0) throw InvalidArgument("[slot_pool] timeout must be >= 0 seconds or None");
+  return std::chrono::nanoseconds(static_cast<int64_t>(*seconds * 1e9));
+}
+
+nb::dict batcher_stats_dict(const BatcherStats& st) {
+  nb::dict d;
+  d["groups"] = st.groups;
+  d["rows"] = st.rows;
+  d["group_size_counts"] = st.group_size_counts;
+  d["queue_wait_ns"] = st.queue_wait_ns;
+  d["max_queue_wait_ns"] = st.max_queue_wait_ns;
+  d["cancelled_in_queue"] = st.cancelled_in_queue;
+  d["failed_groups"] = st.failed_groups;
+  return d;
+}
+
+nb::dict admission_stats_dict(const AdmissionStats& st) {
+  nb::dict d;
+  d["admissions"] = st.admissions;
+  d["rejections"] = st.rejections;
+  d["timeouts"] = st.timeouts;
+  d["cancellations"] = st.cancellations;
+  d["admission_wait_ns"] = st.admission_wait_ns;
+  d["waiting"] = st.waiting;
+  d["in_use"] = st.in_use;
+  return d;
+}
+
+}  // namespace
+
+
+void init_serve(nb::module_& m) {
+  nb::class_<CancelToken>(m, "CancelToken",
+                          "A sticky, thread-safe cancellation flag shared by a request and what it waits on.")
+      .def(nb::init<>())
+      .def("cancel", &CancelToken::cancel)
+      .def_prop_ro("cancelled", &CancelToken::cancelled);
+
+  nb::class_<SlotAdmission>(m, "SlotAdmission",
+                            "First-come-first-served admission to 1..4 slots with a bounded queue.\n"
+                            "Thread-safe; acquire() blocks with the GIL released.")
+      .def(nb::init<size_t, size_t>(), nb::arg("slots"), nb::arg("max_waiting"))
+      .def(
+          "acquire",
+          [](SlotAdmission& a, std::optional<double> timeout, std::shared_ptr<CancelToken> cancel,
+             std::optional<std::vector<size_t>> prefix_lengths) {
+            auto bound = to_timeout(timeout);
+            std::vector<size_t> lengths = prefix_lengths.value_or(std::vector<size_t>{});
+            nb::gil_scoped_release release;
+            return a.acquire(bound, cancel, [&](size_t slot) { return slot < lengths.size() ? lengths[slot] : 0; });
+          },
+          nb::arg("timeout").none() = nb::none(), nb::arg("cancel").none() = nb::none(),
+          nb::arg("prefix_lengths").none() = nb::none(),
+          "Returns a slot index. Raises Overloaded, TimeoutError, Cancelled or Unhealthy.")
+      .def("release", &SlotAdmission::release, nb::arg("slot"))
+      .def("mark_unhealthy", &SlotAdmission::mark_unhealthy, nb::arg("reason"))
+      .def_prop_ro("healthy", &SlotAdmission::healthy)
+      .def_prop_ro("slots", &SlotAdmission::n_slots)
+      .def_prop_ro("max_waiting", &SlotAdmission::max_waiting)
+      .def("stats", [](const SlotAdmission& a) { return admission_stats_dict(a.stats()); });
+
+  nb::class_<DecodeBatcher>(m, "DecodeBatcher",
+                            "Coalesces concurrent decode steps into groups of up to max_rows rows.\n"
+                            "run_group(rows) receives [(slot_id, token), ...] in rotation order;\n"
+                            "its exception reaches every owner of that group.")
+      .def(
+          "__init__",
+          [](DecodeBatcher* self, nb::callable run_group, double window_us, size_t max_rows) {
+            auto runner = [run_group](const std::vector<DecodeJob*>& group) {
+              nb::gil_scoped_acquire gil;
+              nb::list rows;
+              for (const DecodeJob* job : group) rows.append(nb::make_tuple(job->slot_id, job->token));
+              try {
+                run_group(rows);
+              } catch (nb::python_error& e) {
+                // One error reaches several owners on several threads, but a
+                // python_error may be restored only once: pass its text on.
+                throw std::runtime_error(e.what());
+              }
+            };
+            new (self) DecodeBatcher(runner, std::chrono::microseconds(static_cast<int64_t>(window_us)), max_rows);
+          },
+          nb::arg("run_group"), nb::arg("window_us") = 250.0, nb::arg("max_rows") = 4)
+      .def(
+          "submit",
+          [](DecodeBatcher& b, uint64_t slot_id, int32_t token, std::shared_ptr<CancelToken> cancel) {
+            DecodeJob job;
+            job.slot_id = slot_id;
+            job.token = token;
+            job.cancel = std::move(cancel);
+            nb::gil_scoped_release release;
+            b.submit(job);
+          },
+          nb::arg("slot_id"), nb::arg("token"), nb::arg("cancel").none() = nb::none(),
+          "Blocks until this row ran in some group; rethrows that group's error.")
+      .def("add_participant", &DecodeBatcher::add_participant)
+      .def("remove_participant", &DecodeBatcher::remove_participant)
+      .def("notify_cancelled", &DecodeBatcher::notify_cancelled)
+      .def_prop_ro("window_us", [](const DecodeBatcher& b) { return static_cast<double>(b.window().count()); })
+      .def_prop_ro("max_rows", &DecodeBatcher::max_rows)
+      .def("stats", [](const DecodeBatcher& b) { return batcher_stats_dict(b.stats()); });
+}
+
+}  // namespace muser::bindings

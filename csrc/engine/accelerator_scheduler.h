@@ -1,0 +1,109 @@
+// The one owner of an accelerator. Every forward (each decode, each decode
+// group, each prefill chunk) holds a Permit from here while it runs.
+//
+// Thread safety: all members are safe to call from any thread. acquire()
+// blocks (callers in bindings release the GIL first).
+//
+// Poisoning: a permit holder that leaves the accelerator in an unknown state
+// calls Permit::poison(). From then on every waiting and future acquire()
+// throws Unhealthy instead of blocking: never a hang.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <vector>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "engine/scheduling_policy.h"
+
+namespace muser {
+
+class AcceleratorScheduler;
+
+// RAII: holding one means owning the accelerator; destroying (or moving
+// from and destroying) it releases and wakes waiters. Move-only.
+class Permit {
+ public:
+  Permit() = default;
+  Permit(Permit&& other) noexcept;
+  Permit& operator=(Permit&& other) noexcept;
+  Permit(const Permit&) = delete;
+  Permit& operator=(const Permit&) = delete;
+  ~Permit();
+
+  bool held() const { return scheduler_ != nullptr; }
+  WorkKind kind() const { return kind_; }
+  // Marks the scheduler unhealthy (see above) and releases.
+  void poison(const std::string& reason);
+  void release();
+
+ private:
+  friend class AcceleratorScheduler;
+  Permit(AcceleratorScheduler* scheduler, WorkKind kind) : scheduler_(scheduler), kind_(kind) {}
+  AcceleratorScheduler* scheduler_ = nullptr;
+  WorkKind kind_ = WorkKind::Decode;
+  std::chrono::steady_clock::time_point granted_at_{};
+};
+
+struct SchedulerStats {
+  uint64_t decode_grants = 0;
+  uint64_t decode_rows = 0;
+  uint64_t prefill_grants = 0;
+  uint64_t permit_wait_ns = 0;  // summed over grants
+  uint64_t permit_hold_ns = 0;  // summed over releases
+  uint64_t max_permit_wait_ns = 0;
+};
+
+// One grant as the scheduler saw it, for telemetry and property tests.
+struct GrantRecord {
+  WorkKind kind = WorkKind::Decode;
+  std::vector<uint64_t> granted;          // decode: the group's ids
+  std::vector<uint64_t> waiting_decode;   // every waiting decode id at the grant
+  std::optional<uint64_t> last_decode;    // the rotation cursor before the grant
+};
+
+class AcceleratorScheduler {
+ public:
+  static constexpr size_t kGrantLogCapacity = 4096;
+
+  // With record_grants, the last kGrantLogCapacity grants are kept.
+  explicit AcceleratorScheduler(bool record_grants = false) : record_grants_(record_grants) {}
+  AcceleratorScheduler(const AcceleratorScheduler&) = delete;
+  AcceleratorScheduler& operator=(const AcceleratorScheduler&) = delete;
+
+  // Blocks until the rotation selects this decode (a group of 1).
+  Permit acquire_decode(uint64_t sequence_id);
+  // Blocks until the rotation selects one of `sequence_ids` (1..4 distinct ids).
+  Permit acquire_decode_group(const std::set<uint64_t>& sequence_ids);
+  // Blocks until nobody is active and no decode waits.
+  Permit acquire_prefill();
+
+  bool has_waiting_decode() const;
+  bool poisoned() const;
+  std::string poison_reason() const;
+  SchedulerStats stats() const;
+  SchedulerState snapshot_state() const;
+  std::vector<GrantRecord> grant_log() const;
+
+ private:
+  friend class Permit;
+  void release(Permit& permit);
+  void poison(Permit& permit, const std::string& reason);
+  void throw_if_poisoned_locked() const;
+  void record_locked(WorkKind kind, const std::set<uint64_t>& granted);
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  SchedulerState state_;
+  bool poisoned_ = false;
+  std::string poison_reason_;
+  SchedulerStats stats_;
+  bool record_grants_;
+  std::deque<GrantRecord> grant_log_;
+};
+
+}  // namespace muser

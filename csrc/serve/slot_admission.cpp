@@ -1,0 +1,134 @@
+#include "serve/slot_admission.h"
+
+#include "core/error.h"
+
+namespace muser {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+SlotAdmission::SlotAdmission(size_t n_slots, size_t max_waiting) : max_waiting_(max_waiting) {
+  if (n_slots < 1 || n_slots > kMaxSlots) {
+    throw InvalidArgument("[slot_pool] slots must be 1.." + std::to_string(kMaxSlots) + ", got " +
+                          std::to_string(n_slots));
+  }
+  in_use_.assign(n_slots, false);
+}
+
+void SlotAdmission::throw_if_unhealthy_locked() const {
+  if (unhealthy_) throw Unhealthy("[slot_pool] the pool is unhealthy: " + unhealthy_reason_);
+}
+
+std::optional<size_t> SlotAdmission::best_free_slot_locked(const std::function<size_t(size_t)>& prefix_len) const {
+  std::optional<size_t> best;
+  size_t best_len = 0;
+  for (size_t slot = 0; slot < in_use_.size(); ++slot) {
+    if (in_use_[slot]) continue;
+    size_t len = prefix_len ? prefix_len(slot) : 0;
+    if (!best || len > best_len) {
+      best = slot;
+      best_len = len;
+    }
+  }
+  return best;
+}
+
+size_t SlotAdmission::acquire(std::optional<std::chrono::nanoseconds> timeout, const CancelTokenPtr& cancel,
+                              const std::function<size_t(size_t)>& prefix_len) {
+  const auto started = Clock::now();
+  std::unique_lock<std::mutex> lock(mutex_);
+  throw_if_unhealthy_locked();
+  if (waiting_tickets_.size() >= max_waiting_ && !(waiting_tickets_.empty() && best_free_slot_locked(nullptr))) {
+    stats_.rejections += 1;
+    throw Overloaded("[slot_pool] " + std::to_string(waiting_tickets_.size()) +
+                     " callers are already waiting (max_waiting=" + std::to_string(max_waiting_) + ")");
+  }
+  const uint64_t ticket = next_ticket_++;
+  waiting_tickets_.insert(ticket);
+  auto leave = [&] {
+    waiting_tickets_.erase(ticket);
+    changed_.notify_all();  // the next ticket may now be first in line
+  };
+  std::optional<Clock::time_point> deadline;
+  if (timeout) deadline = started + std::chrono::duration_cast<Clock::duration>(*timeout);
+
+  while (true) {
+    if (unhealthy_) {
+      leave();
+      throw_if_unhealthy_locked();
+    }
+    if (cancel && cancel->cancelled()) {
+      stats_.cancellations += 1;
+      leave();
+      throw Cancelled("[slot_pool] cancelled while waiting for a slot");
+    }
+    if (*waiting_tickets_.begin() == ticket) {
+      if (std::optional<size_t> slot = best_free_slot_locked(prefix_len)) {
+        in_use_[*slot] = true;
+        leave();
+        stats_.admissions += 1;
+        stats_.admission_wait_ns += static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
+        return *slot;
+      }
+    }
+    if (deadline && Clock::now() >= *deadline) {
+      stats_.timeouts += 1;
+      leave();
+      throw Timeout("[slot_pool] no slot became free within the timeout");
+    }
+    auto wake_by = Clock::time_point::max();
+    if (deadline) wake_by = *deadline;
+    if (cancel) wake_by = std::min(wake_by, Clock::now() + kCancelPollInterval);
+    if (wake_by == Clock::time_point::max()) {
+      changed_.wait(lock);
+    } else {
+      changed_.wait_until(lock, wake_by);
+    }
+  }
+}
+
+void SlotAdmission::release(size_t slot) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (slot >= in_use_.size() || !in_use_[slot]) {
+      throw InternalError("[slot_pool] release of slot " + std::to_string(slot) + " that is not held");
+    }
+    in_use_[slot] = false;
+  }
+  changed_.notify_all();
+}
+
+void SlotAdmission::mark_unhealthy(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!unhealthy_) {
+      unhealthy_ = true;
+      unhealthy_reason_ = reason;
+    }
+  }
+  changed_.notify_all();
+}
+
+bool SlotAdmission::healthy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !unhealthy_;
+}
+
+std::string SlotAdmission::unhealthy_reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unhealthy_reason_;
+}
+
+AdmissionStats SlotAdmission::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  AdmissionStats out = stats_;
+  out.waiting = waiting_tickets_.size();
+  out.in_use = 0;
+  for (bool used : in_use_) out.in_use += used ? 1 : 0;
+  return out;
+}
+
+}  // namespace muser

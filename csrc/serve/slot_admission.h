@@ -1,0 +1,75 @@
+// Admission to a pool of 1..4 resident slots (DESIGN.md "Serving level").
+//
+// - acquire() takes a free slot or waits, first come first served; with
+//   `max_waiting` callers already queued it throws Overloaded at once.
+// - Among free slots it prefers the one whose history shares the longest
+//   prefix with the new prompt (asked through `prefix_len`), so its KV is
+//   reused instead of recomputed.
+// - mark_unhealthy() latches the pool: every waiting and later acquire()
+//   throws Unhealthy. There is no way back; make a new pool.
+//
+// Thread safety: all members may be called from any thread; acquire()
+// blocks (bindings release the GIL first).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/cancel_token.h"
+
+namespace muser {
+
+struct AdmissionStats {
+  uint64_t admissions = 0;
+  uint64_t rejections = 0;   // Overloaded
+  uint64_t timeouts = 0;
+  uint64_t cancellations = 0;
+  uint64_t admission_wait_ns = 0;
+  size_t waiting = 0;
+  size_t in_use = 0;
+};
+
+class SlotAdmission {
+ public:
+  static constexpr size_t kMaxSlots = 4;
+
+  // n_slots in 1..4; max_waiting >= 0. InvalidArgument otherwise.
+  SlotAdmission(size_t n_slots, size_t max_waiting);
+
+  // Returns the slot index now owned by the caller. `prefix_len(slot)` is
+  // called under the admission lock for free slots only.
+  // Throws Overloaded, Timeout, Cancelled or Unhealthy.
+  size_t acquire(std::optional<std::chrono::nanoseconds> timeout, const CancelTokenPtr& cancel,
+                 const std::function<size_t(size_t)>& prefix_len);
+  void release(size_t slot);
+  void mark_unhealthy(const std::string& reason);
+
+  bool healthy() const;
+  std::string unhealthy_reason() const;
+  size_t n_slots() const { return in_use_.size(); }
+  size_t max_waiting() const { return max_waiting_; }
+  AdmissionStats stats() const;
+
+ private:
+  void throw_if_unhealthy_locked() const;
+  std::optional<size_t> best_free_slot_locked(const std::function<size_t(size_t)>& prefix_len) const;
+
+  const size_t max_waiting_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<bool> in_use_;
+  std::set<uint64_t> waiting_tickets_;
+  uint64_t next_ticket_ = 0;
+  bool unhealthy_ = false;
+  std::string unhealthy_reason_;
+  AdmissionStats stats_;
+};
+
+}  // namespace muser

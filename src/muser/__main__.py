@@ -1,0 +1,5 @@
+"""`python -m muser ...`: see muser.cli."""
+
+from muser.cli import main
+
+raise SystemExit(main())
