@@ -18,6 +18,7 @@ from muser.errors import (
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
+from muser.engine import Engine, Session, SessionSnapshot
 
 __version__ = "0.1.0"
 

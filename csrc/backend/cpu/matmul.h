@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/kernel_set.h"
 #include "core/thread_pool.h"
 #include "weights/gguf_file.h"
 
@@ -27,5 +28,10 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
 // Dequantizes rows `row_ids[k]` of a 2-D tensor into out[k, :] (w.ne[0] floats
 // each): the embedding lookup. Throws InvalidArgument for an id out of range.
 void dequantize_rows(const TensorInfo& w, const int32_t* row_ids, size_t n, float* out);
+
+// matmul with an explicit kernel table instead of the best one for this CPU
+// (tests compare instruction sets; benchmarks time them). Same contract.
+void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
+            const KernelSet& kernels);
 
 }  // namespace muser::cpu

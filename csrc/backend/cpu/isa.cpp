@@ -1,0 +1,108 @@
+// Run-time instruction-set detection and the choice of kernel table. The
+// library is compiled for baseline x86-64 (or arm64); only the files named
+// *_avx2.cpp / *_avx512.cpp use wider instructions, and they are reached only
+// through the tables returned here after the CPU said it runs them.
+#include <cstring>
+#include <string>
+
+#include "backend/cpu/kernel_set.h"
+#include "core/error.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define MUSER_X86_DISPATCH 1
+#else
+#define MUSER_X86_DISPATCH 0
+#endif
+
+namespace muser::cpu {
+namespace {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool avx512 = false;
+};
+
+CpuFeatures detect_features() {
+  CpuFeatures f;
+#if MUSER_X86_DISPATCH
+  __builtin_cpu_init();
+  // __builtin_cpu_supports also checks that the OS saves the wide registers.
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  f.avx512 = false && f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+  return f;
+}
+
+const CpuFeatures& features() {
+  static const CpuFeatures detected = detect_features();
+  return detected;
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return true;
+    case Isa::Avx2: return features().avx2;
+    case Isa::Avx512: return features().avx512;
+  }
+  return false;
+}
+
+Isa best_isa() {
+  static const Isa best = isa_supported(Isa::Avx512) ? Isa::Avx512
+                          : isa_supported(Isa::Avx2) ? Isa::Avx2
+                                                     : Isa::Scalar;
+  return best;
+}
+
+const KernelSet& kernel_set(Isa isa) {
+  if (!isa_supported(isa)) {
+    throw InvalidArgument(format_where(
+        "cpu", std::string("instruction set '") + isa_name(isa) + "' is not supported by this CPU"));
+  }
+  switch (isa) {
+    case Isa::Scalar: return scalar_kernel_set();
+#if MUSER_X86_DISPATCH
+    case Isa::Avx2: return avx2_kernel_set();
+#else
+    default: break;
+#endif
+  }
+  throw InternalError("[cpu] no kernel table for a supported instruction set");
+}
+
+Isa parse_isa(const char* name) {
+  Isa isa;
+  if (std::strcmp(name, "best") == 0) {
+    isa = best_isa();
+  } else if (std::strcmp(name, "scalar") == 0) {
+    isa = Isa::Scalar;
+  } else if (std::strcmp(name, "avx2") == 0) {
+    isa = Isa::Avx2;
+  } else if (std::strcmp(name, "avx512") == 0) {
+    isa = Isa::Avx512;
+  } else {
+    throw InvalidArgument(format_where(
+        "cpu", std::string("unknown instruction set: expected scalar, avx2, avx512 or best, got '") +
+                   name + "'"));
+  }
+  if (!isa_supported(isa)) {
+    throw InvalidArgument(format_where(
+        "cpu", std::string("instruction set '") + name + "' is not supported by this CPU"));
+  }
+  return isa;
+}
+
+}  // namespace muser::cpu

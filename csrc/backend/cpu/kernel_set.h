@@ -1,0 +1,57 @@
+// The CPU's per-instruction-set kernel tables and the run-time choice between
+// them. A table is immutable static data; which tables this CPU may use is
+// decided once (function-local static) and never changes afterwards.
+//
+// This header is included by the *_avx2.cpp / *_avx512.cpp files, so it holds
+// declarations and plain data only (no inline code that the linker could
+// share with baseline-ISA translation units).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace muser::cpu {
+
+enum class Isa : uint32_t { Scalar, Avx2, Avx512 };
+
+// Computes a tile of weight-row x activation-row dot products:
+//
+//   y[r * y_stride + o] = dot(weight row o, activation row r)
+//   for o < n_w_rows, r < n_act_rows
+//
+// n: elements per row (a block multiple of the weight type); w: n_w_rows rows
+// of w_row_bytes each; act: n_act_rows activation rows (in the weight type's
+// ActivationFormat) of act_row_bytes each.
+//
+// Contract every implementation keeps: the value written for (o, r) depends
+// only on those two rows, never on the tile's shape or the element's position
+// in it (the batch invariance of matmul rests on this).
+using TileFn = void (*)(size_t n, const uint8_t* w, size_t w_row_bytes, size_t n_w_rows,
+                        const uint8_t* act, size_t act_row_bytes, size_t n_act_rows, float* y,
+                        size_t y_stride);
+
+// Indexed by ggml type id; entries for unsupported ids are null.
+constexpr uint32_t kMaxTypeId = 32;
+
+struct KernelSet {
+  Isa isa;
+  TileFn tile[kMaxTypeId];
+};
+
+// The kernel tables, one per instruction set. Only call the SIMD ones after
+// isa_supported() said yes.
+const KernelSet& scalar_kernel_set();
+const KernelSet& avx2_kernel_set();
+
+const char* isa_name(Isa isa);
+// Whether this CPU (and this build) can run `isa`. Scalar always can.
+bool isa_supported(Isa isa);
+// The fastest supported instruction set, decided on first use.
+Isa best_isa();
+// The table for `isa`; throws InvalidArgument when this CPU cannot run it.
+const KernelSet& kernel_set(Isa isa);
+// Parses "scalar" / "avx2" / "avx512" / "best"; throws InvalidArgument for
+// other names and for instruction sets this CPU cannot run.
+Isa parse_isa(const char* name);
+
+}  // namespace muser::cpu

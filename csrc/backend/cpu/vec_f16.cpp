@@ -1,0 +1,53 @@
+#include "backend/cpu/vec_f16.h"
+
+#include "tensor/half_float.h"
+
+namespace muser::cpu {
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+// Defined in vec_f16_avx2.cpp (compiled with AVX2/FMA/F16C).
+const F16VecOps& avx2_f16_vec_ops();
+#endif
+
+namespace {
+
+// Eight partial sums combined pairwise at the end: the summation order of the
+// SIMD versions (which differ only in fusing multiply and add).
+float dot_scalar(const float* x, const uint16_t* y, size_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t j = 0; j < 8; ++j) acc[j] += x[i + j] * fp16_to_fp32(y[i + j]);
+  }
+  for (size_t j = 0; i < n; ++i, ++j) acc[j] += x[i] * fp16_to_fp32(y[i]);
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+void axpy_scalar(float* y, float a, const uint16_t* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+void to_f16_scalar(const float* x, uint16_t* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+}  // namespace
+
+const F16VecOps& scalar_f16_vec_ops() {
+  static const F16VecOps ops{"scalar", dot_scalar, axpy_scalar, to_f16_scalar};
+  return ops;
+}
+
+const F16VecOps& f16_vec_ops() {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  static const F16VecOps& best =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+          ? avx2_f16_vec_ops()
+          : scalar_f16_vec_ops();
+  return best;
+#else
+  return scalar_f16_vec_ops();
+#endif
+}
+
+}  // namespace muser::cpu

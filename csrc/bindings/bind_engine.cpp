@@ -1,0 +1,201 @@
+// Engine, Session and SessionSnapshot. Compute and blocking calls release the
+// GIL; everything returned to Python is a copy (logits: a fresh float32
+// array the caller owns, so later decodes never change it).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+#include <nanobind/stl/optional.h>
+
+#include "bindings/bindings.h"
+#include "bindings/python_values.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/session.h"
+
+namespace nb = nanobind;
+
+namespace muser::bindings {
+namespace {
+
+// Python ints are checked against the vocabulary before they are narrowed,
+// so a huge id fails with the same ValueError as any other bad id.
+std::vector<int32_t> token_ids(const std::vector<int64_t>& tokens, uint32_t n_vocab, const char* what) {
+  std::vector<int32_t> out(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= static_cast<int64_t>(n_vocab)) {
+      throw InvalidArgument("[session] " + std::string(what) + ": token id " + std::to_string(tokens[i]) +
+                            " at index " + std::to_string(i) + " out of range [0, " +
+                            std::to_string(n_vocab) + ")");
+    }
+    out[i] = static_cast<int32_t>(tokens[i]);
+  }
+  return out;
+}
+
+const char* rope_style_name(RopeStyle style) { return style == RopeStyle::Normal ? "normal" : "neox"; }
+
+nb::dict engine_config(const Engine& engine) {
+  const HParams& hp = engine.hparams();
+  const GgufFile& file = engine.file();
+  nb::dict c;
+  c["architecture"] = hp.arch_name;
+  c["family"] = arch_family_name(hp.arch);
+  c["name"] = python_str_or_bytes(file.get_string("general.name", ""));
+  c["backend"] = engine.backend_name();
+  c["threads"] = engine.threads();
+  c["context_length"] = hp.n_ctx_train;
+  c["n_vocab"] = hp.n_vocab;
+  c["n_embd"] = hp.n_embd;
+  c["n_layer"] = hp.n_layer;
+  c["n_head"] = hp.n_head;
+  c["n_head_kv"] = hp.n_head_kv;
+  c["head_dim_k"] = hp.head_dim_k;
+  c["head_dim_v"] = hp.head_dim_v;
+  c["n_ff"] = hp.n_ff;
+  c["n_rot"] = hp.n_rot;
+  c["rms_eps"] = hp.rms_eps;
+  c["rope_style"] = rope_style_name(hp.rope_style);
+  c["rope_freq_base"] = hp.layers.empty() ? 0.0 : [&] {
+    for (const auto& layer : hp.layers) {
+      if (!layer.sliding) return layer.rope_base;
+    }
+    return hp.layers[0].rope_base;
+  }();
+  c["sliding_window"] = hp.sliding_window;
+  nb::list sliding;
+  for (const auto& layer : hp.layers) sliding.append(layer.sliding);
+  c["sliding_layers"] = sliding;
+  c["final_logit_softcapping"] = hp.final_logit_softcap;
+  c["tied_output"] = engine.model().weights.tied_output;
+
+  // Special tokens and tokenizer flags, when the file states them.
+  nb::dict special;
+  const char* names[] = {"bos", "eos", "eot", "eom", "unknown", "separator", "padding"};
+  for (const char* name : names) {
+    std::string key = std::string("tokenizer.ggml.") + name + "_token_id";
+    if (file.has(key)) special[name] = file.get_uint(key);
+  }
+  c["special_tokens"] = special;
+  c["add_bos_token"] = file.get_bool("tokenizer.ggml.add_bos_token", false);
+  c["add_eos_token"] = file.get_bool("tokenizer.ggml.add_eos_token", false);
+  if (file.has("tokenizer.chat_template")) {
+    c["chat_template"] = python_str_or_bytes(file.get_string("tokenizer.chat_template"));
+  } else {
+    c["chat_template"] = nb::none();
+  }
+  return c;
+}
+
+}  // namespace
+
+void init_engine(nb::module_& m) {
+  nb::class_<SessionSnapshot>(m, "SessionSnapshot",
+                              "A frozen copy of a session (KV, tokens, logits). Immutable; restore it "
+                              "into any session of the same engine and max_context, any number of times.")
+      .def_prop_ro("n_past", [](const SessionSnapshot& s) { return s.tokens.size(); })
+      .def_prop_ro("nbytes", &SessionSnapshot::bytes, "Bytes of memory the snapshot holds.");
+
+  nb::class_<Session>(m, "Session",
+                      "One resident sequence. Calls on one session are serialized; a failed call "
+                      "leaves tokens, n_past and logits unchanged.")
+      .def(
+          "prefill",
+          [](Session& s, const std::vector<int64_t>& tokens) {
+            std::vector<int32_t> ids = token_ids(tokens, s.engine()->hparams().n_vocab, "prefill");
+            nb::gil_scoped_release release;
+            s.prefill(ids);
+          },
+          nb::arg("tokens"), "Append tokens (forward in chunks of 512 rows); releases the GIL.")
+      .def(
+          "decode",
+          [](Session& s, int64_t token) {
+            std::vector<int32_t> ids = token_ids({token}, s.engine()->hparams().n_vocab, "decode");
+            nb::gil_scoped_release release;
+            s.decode(ids[0]);
+          },
+          nb::arg("token"), "Append one token; releases the GIL.")
+      .def(
+          "truncate",
+          [](Session& s, int64_t n) {
+            if (n < 0) throw InvalidArgument("[session] truncate: expected n >= 0, got " + std::to_string(n));
+            nb::gil_scoped_release release;
+            s.truncate(static_cast<size_t>(n));
+          },
+          nb::arg("n"), "Keep the first n tokens; logits become those of position n - 1.")
+      .def(
+          "snapshot",
+          [](const Session& s) {
+            nb::gil_scoped_release release;
+            return s.snapshot();
+          },
+          "Copy KV, tokens and logits into a SessionSnapshot.")
+      .def(
+          "restore",
+          [](Session& s, const SessionSnapshot& snap) {
+            nb::gil_scoped_release release;
+            s.restore(snap);
+          },
+          nb::arg("snapshot"), "Replace this session's state with a copy of the snapshot.")
+      .def_prop_ro(
+          "logits",
+          [](const Session& s) -> nb::object {
+            const size_t n = s.engine()->hparams().n_vocab;
+            float* data = new float[n];
+            nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+            bool have;
+            {
+              nb::gil_scoped_release release;
+              have = s.copy_logits(data);
+            }
+            if (!have) return nb::none();
+            size_t shape[1] = {n};
+            return nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<1>>(data, 1, shape, owner));
+          },
+          "Next-token logits of the last position: a new float32 array (n_vocab,) the caller owns, "
+          "or None before the first token.")
+      .def_prop_ro("tokens", &Session::tokens, "The token history (a copy).")
+      .def_prop_ro("n_past", &Session::n_past)
+      .def_prop_ro("max_context", &Session::max_context)
+      .def_prop_ro("kv_bytes", &Session::kv_bytes, "Bytes of memory the KV state holds.");
+
+  nb::class_<Engine>(m, "Engine", "A mapped GGUF model with its backend. Thread-safe.")
+      .def(nb::new_([](const std::string& path, std::optional<int> threads, const std::string& backend,
+                       double null_step_seconds) {
+             EngineOptions options;
+             if (threads.has_value() && *threads < 1) {
+               throw InvalidArgument("[engine] threads: expected at least 1 (or None), got " +
+                                     std::to_string(*threads));
+             }
+             options.threads = threads.value_or(0);
+             options.backend = backend;
+             options.null_step_seconds = null_step_seconds;
+             nb::gil_scoped_release release;
+             return Engine::open(path, options);
+           }),
+           nb::arg("path"), nb::arg("threads") = nb::none(), nb::arg("backend") = "auto",
+           nb::arg("null_step_seconds") = 0.0,
+           "Map and validate a GGUF model. Raises ModelFormatError for a bad or unsupported file.")
+      .def_prop_ro("config", &engine_config, "Hyperparameters, special tokens and chat template (a new dict).")
+      .def("metadata", [](const Engine& e) { return metadata_dict(e.file()); }, "All GGUF metadata (a copy).")
+      .def_prop_ro("path", [](const Engine& e) { return e.file().path(); })
+      .def_prop_ro("backend", [](const Engine& e) { return std::string(e.backend_name()); })
+      .def_prop_ro("threads", &Engine::threads)
+      .def(
+          "session",
+          [](Engine& e, std::optional<int64_t> max_context) {
+            int64_t n = max_context.value_or(
+                std::min<int64_t>(4096, static_cast<int64_t>(e.hparams().n_ctx_train)));
+            if (n < 1) throw InvalidArgument("[session] max_context: expected at least 1, got " + std::to_string(n));
+            return e.new_session(static_cast<size_t>(n));
+          },
+          nb::arg("max_context") = nb::none(),
+          "A new session of up to max_context positions (default min(4096, training context)).");
+}
+
+}  // namespace muser::bindings

@@ -1,0 +1,386 @@
+// `_core._testing`: internals exposed for tests and benchmarks only (not a
+// public API; names may change). Each area keeps its functions in its own
+// bind_testing_<area> function below. Compute calls release the GIL; inputs
+// are copied into owned, aligned buffers; results are new NumPy arrays that
+// own their memory.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/kernel_set.h"
+#include "backend/cpu/matmul.h"
+#include "bindings/bindings.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "tensor/dtype.h"
+#include "tensor/half_float.h"
+#include "tensor/reference_kernels.h"
+
+namespace nb = nanobind;
+
+namespace muser::bindings {
+namespace {
+
+// ---------------------------------------------------------------------------
+// CPU kernels and thread pool (branch `kernels`).
+
+using Bytes1D = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Floats1D = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Floats2D = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using U16s1D = nb::ndarray<const uint16_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// Heap buffer aligned for any SIMD load, returned to NumPy without a copy.
+template <typename T>
+struct OwnedArray {
+  T* data = nullptr;
+  size_t count = 0;
+
+  explicit OwnedArray(size_t n) : count(n) {
+    data = static_cast<T*>(::operator new[](std::max<size_t>(n, 1) * sizeof(T), std::align_val_t(64)));
+  }
+  ~OwnedArray() {
+    if (data != nullptr) ::operator delete[](data, std::align_val_t(64));
+  }
+  OwnedArray(OwnedArray&& other) noexcept : data(other.data), count(other.count) { other.data = nullptr; }
+  OwnedArray(const OwnedArray&) = delete;
+  OwnedArray& operator=(const OwnedArray&) = delete;
+  OwnedArray& operator=(OwnedArray&&) = delete;
+
+  // Hands the memory to a NumPy array (ndim 1 or 2); this object no longer owns it.
+  nb::ndarray<nb::numpy, T> release_to_numpy(std::initializer_list<size_t> shape) {
+    T* p = data;
+    data = nullptr;
+    nb::capsule owner(p, [](void* q) noexcept { ::operator delete[](static_cast<T*>(q), std::align_val_t(64)); });
+    return nb::ndarray<nb::numpy, T>(p, shape.size(), shape.begin(), owner);
+  }
+};
+
+const DTypeInfo& require_dtype(uint32_t type_id) {
+  const DTypeInfo* info = find_dtype(type_id);
+  if (info == nullptr) {
+    throw InvalidArgument(format_where("testing", "unsupported type id " + std::to_string(type_id) +
+                                                      " (" + ggml_type_name(type_id) + ")"));
+  }
+  return *info;
+}
+
+void require_block_multiple(const DTypeInfo& info, size_t n) {
+  if (n == 0 || n % info.block_elems != 0) {
+    throw InvalidArgument(format_where(
+        "testing", std::string(info.name) + " row length must be a positive multiple of " +
+                       std::to_string(info.block_elems) + ", got " + std::to_string(n)));
+  }
+}
+
+// Copies `raw` into an aligned buffer after checking it holds exactly `rows`
+// rows of `n` elements.
+OwnedArray<uint8_t> copy_weight(const DTypeInfo& info, const Bytes1D& raw, size_t n, size_t rows) {
+  require_block_multiple(info, n);
+  const size_t expected = static_cast<size_t>(row_bytes(info.type, n)) * rows;
+  if (raw.shape(0) != expected) {
+    throw InvalidArgument(format_where(
+        "testing", std::string(info.name) + " data for " + std::to_string(rows) + " x " +
+                       std::to_string(n) + " elements must be " + std::to_string(expected) +
+                       " bytes, got " + std::to_string(raw.shape(0))));
+  }
+  OwnedArray<uint8_t> copy(expected);
+  if (expected > 0) std::memcpy(copy.data, raw.data(), expected);
+  return copy;
+}
+
+ActivationFormat parse_activation_format(const std::string& name) {
+  for (ActivationFormat f : {ActivationFormat::F32, ActivationFormat::Q8_0, ActivationFormat::Q8_1,
+                             ActivationFormat::Q8_K}) {
+    if (name == activation_format_name(f)) return f;
+  }
+  throw InvalidArgument(format_where(
+      "testing", "activation format must be F32, Q8_0, Q8_1 or Q8_K, got '" + name + "'"));
+}
+
+TensorInfo make_tensor(const DTypeInfo& info, const OwnedArray<uint8_t>& bytes, size_t ne0, size_t ne1) {
+  TensorInfo t;
+  t.name = "testing";
+  t.type = info.type;
+  t.n_dims = 2;
+  t.ne = {ne0, ne1, 1, 1};
+  t.n_bytes = bytes.count;
+  t.data = bytes.data;
+  return t;
+}
+
+void bind_testing_kernels(nb::module_& m) {
+  m.def(
+      "cpu_isas",
+      [] {
+        std::vector<std::string> names;
+        for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+          if (cpu::isa_supported(isa)) names.emplace_back(cpu::isa_name(isa));
+        }
+        return names;
+      },
+      "Instruction sets whose CPU kernels this machine runs, slowest first.");
+  m.def("best_isa", [] { return std::string(cpu::isa_name(cpu::best_isa())); },
+        "The instruction set matmul uses by default on this machine.");
+
+  m.def(
+      "dequantize",
+      [](uint32_t type_id, const Bytes1D& raw, size_t n_elements) {
+        const DTypeInfo& info = require_dtype(type_id);
+        OwnedArray<uint8_t> src = copy_weight(info, raw, n_elements, 1);
+        OwnedArray<float> out(n_elements);
+        {
+          nb::gil_scoped_release release;
+          ref::dequantize_row(info.type, src.data, out.data, n_elements);
+        }
+        return out.release_to_numpy({n_elements});
+      },
+      nb::arg("type_id"), nb::arg("raw"), nb::arg("n_elements"),
+      "Scalar reference dequantization of one row of `n_elements` (a block multiple).");
+
+  m.def(
+      "dequantize_rows",
+      [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, std::vector<int32_t> row_ids) {
+        const DTypeInfo& info = require_dtype(type_id);
+        OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
+        const TensorInfo w = make_tensor(info, src, ne0, ne1);
+        OwnedArray<float> out(row_ids.size() * ne0);
+        {
+          nb::gil_scoped_release release;
+          cpu::dequantize_rows(w, row_ids.data(), row_ids.size(), out.data);
+        }
+        return out.release_to_numpy({row_ids.size(), ne0});
+      },
+      nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("row_ids"),
+      "cpu::dequantize_rows (the embedding lookup) on a (ne1, ne0) tensor.");
+
+  m.def(
+      "activation_format",
+      [](uint32_t type_id) {
+        return std::string(activation_format_name(activation_format(require_dtype(type_id).type)));
+      },
+      nb::arg("type_id"), "Activation format ('F32', 'Q8_0', 'Q8_1', 'Q8_K') paired with a weight type.");
+
+  m.def(
+      "quantize_activation",
+      [](const std::string& format_name, const Floats1D& x) {
+        const ActivationFormat format = parse_activation_format(format_name);
+        const size_t n = x.shape(0);
+        if (n == 0 || n % activation_block_elems(format) != 0) {
+          throw InvalidArgument(format_where(
+              "testing", format_name + " activation length must be a positive multiple of " +
+                             std::to_string(activation_block_elems(format)) + ", got " +
+                             std::to_string(n)));
+        }
+        OwnedArray<uint8_t> out(activation_row_bytes(format, n));
+        {
+          nb::gil_scoped_release release;
+          ref::quantize_activation_row(format, x.data(), out.data, n);
+        }
+        return out.release_to_numpy({out.count});
+      },
+      nb::arg("format"), nb::arg("x"), "Raw bytes of the activation blocks for float32 row `x`.");
+
+  m.def(
+      "vec_dot",
+      [](uint32_t type_id, const Bytes1D& raw_w, const Floats1D& x, const std::string& isa_name) {
+        const DTypeInfo& info = require_dtype(type_id);
+        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        if (kernels.tile[type_id] == nullptr) {
+          throw InvalidArgument(format_where("testing", std::string("no ") + isa_name + " kernel for " + info.name));
+        }
+        const size_t n = x.shape(0);
+        OwnedArray<uint8_t> w = copy_weight(info, raw_w, n, 1);
+        const ActivationFormat format = activation_format(info.type);
+        OwnedArray<uint8_t> act(activation_row_bytes(format, n));
+        float result = 0.0f;
+        {
+          nb::gil_scoped_release release;
+          ref::quantize_activation_row(format, x.data(), act.data, n);
+          kernels.tile[type_id](n, w.data, w.count, 1, act.data, act.count, 1, &result, 1);
+        }
+        return result;
+      },
+      nb::arg("type_id"), nb::arg("raw_w"), nb::arg("x"), nb::arg("isa") = "scalar",
+      "Dot product of one weight row with float32 `x` (quantized to the type's activation "
+      "format first) using the kernel table of `isa`.");
+
+  m.def(
+      "matmul",
+      [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, const Floats2D& x,
+         int threads, const std::string& isa_name) {
+        const DTypeInfo& info = require_dtype(type_id);
+        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
+        if (x.shape(1) != ne0) {
+          throw InvalidArgument(format_where("testing", "x must have " + std::to_string(ne0) +
+                                                            " columns, got " + std::to_string(x.shape(1))));
+        }
+        const TensorInfo w = make_tensor(info, src, ne0, ne1);
+        const size_t n_rows = x.shape(0);
+        OwnedArray<float> y(n_rows * ne1);
+        {
+          nb::gil_scoped_release release;
+          ThreadPool pool(threads);
+          cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);
+        }
+        return y.release_to_numpy({n_rows, ne1});
+      },
+      nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("x"),
+      nb::arg("threads") = 1, nb::arg("isa") = "best",
+      "y = x @ W.T for a (ne1, ne0) weight of `type_id`, via cpu::matmul on a fresh pool.");
+
+  m.def(
+      "time_matmul",
+      [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, const Floats2D& x,
+         int threads, const std::string& isa_name, int repeats) {
+        const DTypeInfo& info = require_dtype(type_id);
+        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
+        if (x.shape(1) != ne0) {
+          throw InvalidArgument(format_where("testing", "x must have " + std::to_string(ne0) +
+                                                            " columns, got " + std::to_string(x.shape(1))));
+        }
+        if (repeats < 1) throw InvalidArgument(format_where("testing", "repeats must be >= 1"));
+        const TensorInfo w = make_tensor(info, src, ne0, ne1);
+        const size_t n_rows = x.shape(0);
+        OwnedArray<float> y(n_rows * ne1);
+        std::vector<double> seconds;
+        {
+          nb::gil_scoped_release release;
+          ThreadPool pool(threads);
+          cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);  // warm-up
+          for (int i = 0; i < repeats; ++i) {
+            const auto start = std::chrono::steady_clock::now();
+            cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);
+            seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          }
+        }
+        return seconds;
+      },
+      nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("x"),
+      nb::arg("threads"), nb::arg("isa"), nb::arg("repeats"),
+      "Seconds per cpu::matmul call (one pool, one warm-up call first), for benchmarks.");
+
+  m.def(
+      "fp32_to_fp16",
+      [](const Floats1D& x) {
+        OwnedArray<uint16_t> out(x.shape(0));
+        for (size_t i = 0; i < x.shape(0); ++i) out.data[i] = fp32_to_fp16(x.data()[i]);
+        return out.release_to_numpy({x.shape(0)});
+      },
+      nb::arg("x"), "Raw binary16 bits of each float (round to nearest even), portable path.");
+  m.def(
+      "fp16_to_fp32",
+      [](const U16s1D& h) {
+        OwnedArray<float> out(h.shape(0));
+        for (size_t i = 0; i < h.shape(0); ++i) out.data[i] = fp16_to_fp32(h.data()[i]);
+        return out.release_to_numpy({h.shape(0)});
+      },
+      nb::arg("bits"), "Floats of raw binary16 bit patterns, portable path.");
+  m.def(
+      "fp32_to_bf16",
+      [](const Floats1D& x) {
+        OwnedArray<uint16_t> out(x.shape(0));
+        for (size_t i = 0; i < x.shape(0); ++i) out.data[i] = fp32_to_bf16(x.data()[i]);
+        return out.release_to_numpy({x.shape(0)});
+      },
+      nb::arg("x"), "Raw bfloat16 bits of each float (round to nearest even).");
+}
+
+// A ThreadPool for tests: each method runs one parallel_for and reports what
+// the tasks saw.
+class PoolProbe {
+ public:
+  explicit PoolProbe(int n_threads) : pool_(n_threads) {}
+
+  int size() const { return pool_.size(); }
+
+  // How many times each task index ran.
+  std::vector<int> run_counts(size_t n_tasks) {
+    std::unique_ptr<std::atomic<int>[]> counts(new std::atomic<int>[n_tasks]());
+    {
+      nb::gil_scoped_release release;
+      pool_.parallel_for(n_tasks, [&](size_t i, int) { counts[i].fetch_add(1); });
+    }
+    std::vector<int> out(n_tasks);
+    for (size_t i = 0; i < n_tasks; ++i) out[i] = counts[i].load();
+    return out;
+  }
+
+  // Per task: whether it ran on the calling OS thread, and its thread index.
+  std::vector<std::pair<bool, int>> run_placement(size_t n_tasks) {
+    std::vector<std::pair<bool, int>> out(n_tasks);
+    const std::thread::id caller = std::this_thread::get_id();
+    {
+      nb::gil_scoped_release release;
+      pool_.parallel_for(n_tasks, [&](size_t i, int thread) {
+        out[i] = {std::this_thread::get_id() == caller, thread};
+      });
+    }
+    return out;
+  }
+
+  // Tasks listed in `failing` throw InvalidArgument("task <i> failed"); the
+  // rest count themselves. Returns the counts if nothing was thrown.
+  std::vector<int> run_failing(size_t n_tasks, const std::vector<size_t>& failing) {
+    std::unique_ptr<std::atomic<int>[]> counts(new std::atomic<int>[n_tasks]());
+    std::vector<char> fails(n_tasks, 0);
+    for (size_t i : failing) {
+      if (i < n_tasks) fails[i] = 1;
+    }
+    last_counts_.assign(n_tasks, 0);
+    try {
+      nb::gil_scoped_release release;
+      pool_.parallel_for(n_tasks, [&](size_t i, int) {
+        counts[i].fetch_add(1);
+        if (fails[i]) throw InvalidArgument("task " + std::to_string(i) + " failed");
+      });
+    } catch (...) {
+      for (size_t i = 0; i < n_tasks; ++i) last_counts_[i] = counts[i].load();
+      throw;
+    }
+    for (size_t i = 0; i < n_tasks; ++i) last_counts_[i] = counts[i].load();
+    return last_counts_;
+  }
+
+  // The per-task run counts of the last run_failing call (also after it raised).
+  const std::vector<int>& last_counts() const { return last_counts_; }
+
+ private:
+  ThreadPool pool_;
+  std::vector<int> last_counts_;
+};
+
+void bind_testing_thread_pool(nb::module_& m) {
+  nb::class_<PoolProbe>(m, "ThreadPoolProbe",
+                        "A muser::ThreadPool plus probes of what its tasks saw. Not thread-safe.")
+      .def(nb::init<int>(), nb::arg("n_threads"))
+      .def_prop_ro("size", &PoolProbe::size)
+      .def("run_counts", &PoolProbe::run_counts, nb::arg("n_tasks"))
+      .def("run_placement", &PoolProbe::run_placement, nb::arg("n_tasks"))
+      .def("run_failing", &PoolProbe::run_failing, nb::arg("n_tasks"), nb::arg("failing"))
+      .def_prop_ro("last_counts", &PoolProbe::last_counts);
+  m.def("physical_core_count", &physical_core_count,
+        "Physical cores this process may run on (SMT siblings counted once).");
+}
+
+}  // namespace
+
+void init_testing(nb::module_& m) {
+  nb::module_ testing = m.def_submodule("_testing", "Internals for muser's own tests and benchmarks.");
+  bind_testing_kernels(testing);
+  bind_testing_thread_pool(testing);
+}
+
+}  // namespace muser::bindings

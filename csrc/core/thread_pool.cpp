@@ -1,0 +1,241 @@
+#include "core/thread_pool.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+
+#include <fstream>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#include <sys/types.h>
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include "core/error.h"
+
+namespace muser {
+namespace {
+
+// How long an idle thread polls before sleeping on a condition variable. A
+// decode step issues ~200 short parallel_for calls back to back; polling for
+// a few tens of microseconds keeps the workers awake between them without
+// burning a core when the pool is idle.
+constexpr std::chrono::microseconds kSpinBudget{50};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Polls `ready` until it holds or the spin budget runs out; true if it held.
+template <typename Predicate>
+bool spin_until(Predicate ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinBudget;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
+
+}  // namespace
+
+// One job at a time. The caller publishes (task, n_tasks) and bumps
+// `generation` under the mutex; every worker takes part in every generation
+// (the caller waits for all of them), taking task indices from `next_task`
+// until they run out, so a worker can never miss or repeat a job.
+struct ThreadPool::Impl {
+  int n_threads = 1;
+  std::vector<std::thread> workers;
+
+  std::mutex mutex;
+  std::condition_variable work_ready;
+  std::condition_variable work_done;
+  bool stopping = false;  // guarded by mutex
+
+  std::atomic<uint64_t> generation{0};
+  std::atomic<size_t> next_task{0};
+  std::atomic<int> workers_busy{0};
+  const std::function<void(size_t, int)>* task = nullptr;
+  size_t n_tasks = 0;
+
+  // The exception of the lowest-numbered failing task, so which error the
+  // caller sees does not depend on thread timing.
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  size_t error_task = 0;
+
+  void run_tasks(int thread_index) {
+    for (;;) {
+      const size_t i = next_task.fetch_add(1, std::memory_order_relaxed);
+      if (i >= n_tasks) return;
+      try {
+        (*task)(i, thread_index);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error || i < error_task) {
+          error = std::current_exception();
+          error_task = i;
+        }
+      }
+    }
+  }
+
+  void worker_loop(int thread_index) {
+    uint64_t seen = 0;
+    for (;;) {
+      const bool have_work =
+          spin_until([&] { return generation.load(std::memory_order_acquire) != seen; });
+      if (!have_work) {
+        std::unique_lock<std::mutex> lock(mutex);
+        work_ready.wait(lock, [&] {
+          return stopping || generation.load(std::memory_order_acquire) != seen;
+        });
+        if (stopping) return;
+      }
+      seen = generation.load(std::memory_order_acquire);
+      run_tasks(thread_index);
+      if (workers_busy.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mutex);
+        work_done.notify_one();
+      }
+    }
+  }
+};
+
+ThreadPool::ThreadPool(int n_threads) : impl_(std::make_unique<Impl>()) {
+  if (n_threads < 1) {
+    throw InvalidArgument(format_where(
+        "ThreadPool", "n_threads must be >= 1, got " + std::to_string(n_threads)));
+  }
+  impl_->n_threads = n_threads;
+  impl_->workers.reserve(static_cast<size_t>(n_threads - 1));
+  try {
+    for (int t = 1; t < n_threads; ++t) {
+      impl_->workers.emplace_back([impl = impl_.get(), t] { impl->worker_loop(t); });
+    }
+  } catch (const std::system_error& e) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mutex);
+      impl_->stopping = true;
+    }
+    impl_->work_ready.notify_all();
+    for (std::thread& w : impl_->workers) w.join();
+    throw InternalError(format_where("ThreadPool", std::string("could not start a thread: ") + e.what()));
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->work_ready.notify_all();
+  for (std::thread& w : impl_->workers) w.join();
+}
+
+int ThreadPool::size() const { return impl_->n_threads; }
+
+void ThreadPool::parallel_for(size_t n_tasks,
+                              const std::function<void(size_t task, int thread)>& task) {
+  if (n_tasks == 0) return;
+  Impl& s = *impl_;
+  if (s.n_threads == 1 || n_tasks == 1) {
+    // Inline: same semantics (every task runs, lowest failing index wins).
+    std::exception_ptr error;
+    for (size_t i = 0; i < n_tasks; ++i) {
+      try {
+        task(i, 0);
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+
+  s.error = nullptr;
+  s.error_task = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.task = &task;
+    s.n_tasks = n_tasks;
+    s.next_task.store(0, std::memory_order_relaxed);
+    s.workers_busy.store(s.n_threads - 1, std::memory_order_relaxed);
+    s.generation.fetch_add(1, std::memory_order_release);
+  }
+  s.work_ready.notify_all();
+
+  s.run_tasks(0);
+
+  const bool done =
+      spin_until([&] { return s.workers_busy.load(std::memory_order_acquire) == 0; });
+  if (!done) {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.work_done.wait(lock, [&] { return s.workers_busy.load(std::memory_order_acquire) == 0; });
+  }
+  s.task = nullptr;
+  if (s.error) {
+    std::exception_ptr error = std::move(s.error);
+    s.error = nullptr;
+    std::rethrow_exception(error);
+  }
+}
+
+int physical_core_count() {
+  const int logical = static_cast<int>(std::thread::hardware_concurrency());
+#if defined(__linux__)
+  // Count distinct (package, core) pairs among the CPUs this process may run
+  // on, so SMT siblings and CPUs outside our affinity mask do not count.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+    std::set<std::pair<long, long>> cores;
+    int allowed_count = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &allowed)) continue;
+      ++allowed_count;
+      const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+      std::ifstream package_file(base + "physical_package_id");
+      std::ifstream core_file(base + "core_id");
+      long package = -1;
+      long core = -1;
+      if (!(package_file >> package) || !(core_file >> core)) {
+        cores.clear();
+        break;  // topology unknown: fall back to the allowed count
+      }
+      cores.emplace(package, core);
+    }
+    if (!cores.empty()) return static_cast<int>(cores.size());
+    if (allowed_count > 0) return allowed_count;
+  }
+#elif defined(__APPLE__)
+  int physical = 0;
+  size_t size = sizeof physical;
+  if (sysctlbyname("hw.physicalcpu", &physical, &size, nullptr, 0) == 0 && physical > 0) {
+    return physical;
+  }
+#endif
+  return logical > 0 ? logical : 1;
+}
+
+}  // namespace muser

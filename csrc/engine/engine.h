@@ -1,0 +1,59 @@
+// The engine: one model file, mapped once, its hyperparameters and tensors,
+// one backend and its thread pool. Sessions are made from it and keep it
+// alive. Immutable after open() apart from the forward lock; share it freely
+// across threads.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace muser {
+
+class Session;
+
+struct EngineOptions {
+  int threads = 0;                 // compute threads; 0 = physical cores
+  std::string backend = "auto";    // "auto" (best available), "cpu" or "null"
+  double null_step_seconds = 0.0;  // per-forward sleep of the null backend
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  // Maps the file and validates it. Throws ModelFormatError for a bad or
+  // unsupported file, InvalidArgument for bad options.
+  static std::shared_ptr<Engine> open(const std::string& path, const EngineOptions& options);
+
+  const GgufFile& file() const { return *model_->file; }
+  const Model& model() const { return *model_; }
+  const HParams& hparams() const { return model_->hparams; }
+  const char* backend_name() const { return backend_->name(); }
+  int threads() const { return pool_->size(); }
+
+  // A new session of up to max_context positions (1..n_ctx_train). Throws
+  // InvalidArgument outside that range.
+  std::shared_ptr<Session> new_session(size_t max_context);
+
+  std::unique_ptr<KvState> new_kv_state(size_t max_context) const {
+    return backend_->new_kv_state(max_context);
+  }
+
+  // Runs one forward pass (Backend::forward's contract). Forwards are
+  // serialized: one runs on the accelerator at a time.
+  void forward(const std::vector<ForwardSegment>& segments);
+
+ private:
+  Engine() = default;
+
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<ThreadPool> pool_;
+  std::unique_ptr<Backend> backend_;
+  std::mutex forward_mutex_;
+};
+
+}  // namespace muser

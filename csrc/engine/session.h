@@ -1,0 +1,92 @@
+// One resident sequence: its KV state, token history, position and the
+// retained next-token logits of its last position.
+//
+// Thread safety: every method locks the session, so concurrent calls on one
+// session are serialized (not interleaved); different sessions of one engine
+// run independently and share the accelerator through Engine::forward.
+//
+// Failure guarantee (every mutating call): if it throws -- a token id out of
+// range (InvalidArgument), the context limit (ContextOverflow), or a failure
+// inside the forward (InternalError, std::bad_alloc) -- tokens(), n_past()
+// and logits() are exactly what they were. The KV state may have lost
+// positions behind a failed write; the next call notices (KvState::intact)
+// and rebuilds it from the token history, bitwise identical by the
+// exactness contract.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace muser {
+
+class Engine;
+
+// A frozen copy of a session: KV, history and logits. Immutable; restore()
+// copies from it, so one snapshot can be restored any number of times, into
+// any session of the same engine with the same max_context.
+struct SessionSnapshot {
+  std::shared_ptr<Engine> engine;
+  size_t max_context = 0;
+  std::unique_ptr<KvState> kv;
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;  // empty when the session had no logits
+  size_t bytes() const;
+};
+
+class Session {
+ public:
+  // Use Engine::new_session. Throws InvalidArgument for max_context outside
+  // 1..n_ctx_train.
+  Session(std::shared_ptr<Engine> engine, size_t max_context);
+
+  // Appends tokens, running the forward in chunks of up to kPrefillChunkRows
+  // rows; logits become those of the last token. An empty list changes nothing.
+  void prefill(const std::vector<int32_t>& tokens);
+  // Appends one token.
+  void decode(int32_t token);
+  // Keeps the first n tokens (n <= n_past); logits become those of position
+  // n - 1 (recomputed: one row, or a rebuild from history when a sliding-window
+  // ring no longer holds that far back), none when n == 0.
+  void truncate(size_t n);
+
+  std::shared_ptr<const SessionSnapshot> snapshot() const;
+  // Throws InvalidArgument for a snapshot of another engine or max_context.
+  void restore(const SessionSnapshot& snapshot);
+
+  size_t n_past() const;
+  size_t max_context() const { return max_context_; }
+  std::vector<int32_t> tokens() const;
+  bool has_logits() const;
+  // Copies the n_vocab logits into out; false (nothing copied) when there are none.
+  bool copy_logits(float* out) const;
+  size_t kv_bytes() const;
+  const std::shared_ptr<Engine>& engine() const { return engine_; }
+
+ private:
+  void check_tokens(const int32_t* tokens, size_t n, const char* what) const;
+  // Runs tokens[0..n) at positions start.. into kv, chunk by chunk; the last
+  // row's logits land in `logits`.
+  void run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t start, float* logits);
+  // Rebuilds the KV state from the history when it cannot resume at n_past.
+  void ensure_resumable();
+  void append(const int32_t* tokens, size_t n);
+
+  std::shared_ptr<Engine> engine_;
+  const size_t max_context_;
+  const uint32_t n_vocab_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<KvState> kv_;
+  std::vector<int32_t> history_;  // n_past == history_.size()
+  std::vector<float> logits_;     // n_vocab floats when has_logits_
+  std::vector<float> staged_logits_;  // a forward's output until it commits
+  bool has_logits_ = false;
+};
+
+// Rows per prefill forward: the backend's segment limit.
+constexpr size_t kPrefillChunkRows = kMaxSegmentRows;
+
+}  // namespace muser

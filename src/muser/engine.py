@@ -1,0 +1,205 @@
+"""Engine and Session: a mapped GGUF model and the sequences that run on it.
+
+``Engine`` maps a model file once and owns its compute backend; ``Session`` is
+one resident sequence (its KV cache, token history and the next-token logits
+of its last position). Both wrap the compiled core (``muser._core``).
+
+Thread safety: an ``Engine`` may be shared by any number of threads; forwards
+of different sessions take turns on the accelerator. Calls on one ``Session``
+are serialized (a second caller waits for the first); use one session per
+concurrent sequence. Every compute call releases the GIL.
+
+Failure semantics: a failed ``prefill``/``decode``/``truncate``/``restore``
+leaves ``tokens``, ``n_past`` and ``logits`` exactly as they were. Token ids
+outside the vocabulary raise ``ValueError``; growing past ``max_context``
+raises :class:`muser.ContextOverflow`.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from muser import _core
+
+__all__ = ["Engine", "Session", "SessionSnapshot"]
+
+SessionSnapshot = _core.SessionSnapshot
+"""A frozen copy of a session (KV cache, tokens, logits); see :meth:`Session.snapshot`."""
+
+
+class Session:
+    """One resident sequence: KV cache, token history and retained logits.
+
+    Create with :meth:`Engine.session`. Thread safety: calls on one session
+    are serialized; different sessions of one engine may be used from
+    different threads at once. On failure every method leaves ``tokens``,
+    ``n_past`` and ``logits`` unchanged.
+    """
+
+    __slots__ = ("_core", "_engine")
+
+    def __init__(self, core_session: _core.Session, engine: Engine) -> None:
+        self._core = core_session
+        self._engine = engine
+
+    @property
+    def engine(self) -> Engine:
+        """The engine this session runs on."""
+        return self._engine
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to the sequence, computing them in chunks of 512 rows.
+
+        Afterwards ``logits`` are the next-token logits after the last of them.
+        An empty sequence changes nothing.
+
+        Raises:
+            ValueError: a token id outside ``[0, n_vocab)``.
+            TypeError: an element that is not an integer.
+            ContextOverflow: ``n_past + len(tokens) > max_context``.
+        """
+        self._core.prefill([operator.index(t) for t in tokens])
+
+    def decode(self, token: int) -> None:
+        """Append one token; ``logits`` become the distribution after it.
+
+        Raises:
+            ValueError: a token id outside ``[0, n_vocab)``.
+            ContextOverflow: the session already holds ``max_context`` tokens.
+        """
+        self._core.decode(operator.index(token))
+
+    @property
+    def logits(self) -> np.ndarray | None:
+        """Next-token logits after the last token: float32, shape ``(n_vocab,)``.
+
+        Each access returns a new array (a copy the caller owns); later calls
+        on the session never change it. ``None`` while the session is empty.
+        """
+        return self._core.logits
+
+    @property
+    def tokens(self) -> list[int]:
+        """The token history (a copy)."""
+        return list(self._core.tokens)
+
+    @property
+    def n_past(self) -> int:
+        """Number of tokens in the sequence (the position of the next one)."""
+        return self._core.n_past
+
+    @property
+    def max_context(self) -> int:
+        """The most tokens this session can hold."""
+        return self._core.max_context
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of memory held by the KV cache (it grows with the sequence)."""
+        return self._core.kv_bytes
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` tokens and drop the rest.
+
+        ``logits`` become those after token ``n - 1`` (recomputed, which costs
+        one row, or a rebuild from the history when a sliding-window cache no
+        longer reaches back that far); ``None`` when ``n == 0``.
+
+        Raises:
+            ValueError: ``n < 0`` or ``n > n_past``.
+        """
+        self._core.truncate(operator.index(n))
+
+    def snapshot(self) -> SessionSnapshot:
+        """Copy the whole state (KV cache, tokens, logits) into an immutable snapshot."""
+        return self._core.snapshot()
+
+    def restore(self, snapshot: SessionSnapshot) -> None:
+        """Replace this session's state with a copy of ``snapshot``.
+
+        A snapshot can be restored any number of times, into any session of
+        the same engine with the same ``max_context``; continuing afterwards
+        gives bitwise the same logits as never having stopped.
+
+        Raises:
+            ValueError: the snapshot comes from another engine or max_context.
+        """
+        self._core.restore(snapshot)
+
+    def __repr__(self) -> str:
+        return f"Session(n_past={self.n_past}, max_context={self.max_context})"
+
+
+class Engine:
+    """A GGUF model mapped once, with its compute backend and thread pool.
+
+    Args:
+        path: the .gguf file.
+        threads: compute threads; ``None`` uses the physical cores.
+        backend: ``"auto"`` (the best available), ``"cpu"``, or ``"null"``
+            (computes nothing, returns repeatable logits; for tests).
+        null_step_seconds: with the null backend, how long each forward takes.
+
+    Raises:
+        ModelFormatError: the file is malformed, or its architecture, tensor
+            types or shapes are unsupported (the message names the key or tensor).
+        ValueError: bad ``threads`` or ``backend``.
+
+    Thread safety: share one engine between threads freely.
+    """
+
+    __slots__ = ("_core", "__weakref__")
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        threads: int | None = None,
+        backend: str = "auto",
+        *,
+        null_step_seconds: float = 0.0,
+    ) -> None:
+        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Hyperparameters, architecture, context length, special tokens and the
+        chat template (``None`` when the file has none). A new dict each call."""
+        return self._core.config
+
+    def metadata(self) -> dict[str, Any]:
+        """Every GGUF metadata key and value (a copy)."""
+        return self._core.metadata()
+
+    @property
+    def path(self) -> str:
+        """The model file."""
+        return self._core.path
+
+    @property
+    def backend(self) -> str:
+        """The backend in use (``"cpu"`` or ``"null"``)."""
+        return self._core.backend
+
+    @property
+    def threads(self) -> int:
+        """Compute threads of the backend."""
+        return self._core.threads
+
+    def session(self, max_context: int | None = None) -> Session:
+        """A new, empty session holding up to ``max_context`` tokens.
+
+        ``None`` means ``min(4096, the model's training context)``. The KV
+        cache grows with use, so a large limit costs nothing up front.
+
+        Raises:
+            ValueError: ``max_context`` outside ``1..context_length``.
+        """
+        return Session(self._core.session(max_context), self)
+
+    def __repr__(self) -> str:
+        return f"Engine({self.path!r}, backend={self.backend!r}, threads={self.threads})"

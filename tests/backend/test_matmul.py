@@ -1,0 +1,126 @@
+"""cpu::matmul: y = x @ W.T within the activation-quantization error, and
+every output row is bitwise the same however it is batched or threaded."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from gguf import GGMLQuantizationType as GT
+
+from muser._core import _testing as t
+
+import activation_blocks as ab
+from kernel_cases import ALL_TYPES, block_geometry, id_of, random_matrix
+
+ISAS = t.cpu_isas()
+
+
+def input_size(qtype, blocks=2):
+    elems, _ = block_geometry(qtype)
+    return blocks * max(elems, 32)
+
+
+def quantization_bound(qtype, w, x):
+    """Per-element bound on |matmul - W x| from quantizing x (half a step per
+    element, d itself rounded to fp16) plus float rounding slack."""
+    fmt = t.activation_format(id_of(qtype))
+    abs_w = np.abs(w).astype(np.float64)
+    slack = 1e-5 * (np.abs(x).astype(np.float64) @ abs_w.T) + 1e-30
+    if fmt == "F32":
+        return slack
+    block = 256 if fmt == "Q8_K" else 32
+    amax = np.abs(x).reshape(x.shape[0], -1, block).max(axis=2).astype(np.float64)
+    step = np.repeat(amax / 127.0, block, axis=1) * (1 + 2.0**-10)
+    bound = (0.5 * step + np.abs(x) * 2.0**-10) @ abs_w.T
+    if fmt == "Q8_1":  # the minimum's term uses fp16(d * sum(q))
+        bound += 2e-3 * (np.abs(x).astype(np.float64) @ abs_w.T)
+    return bound + slack
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda q: q.name)
+@pytest.mark.parametrize("n_out", [1, 31, 32, 33, 100])
+def test_matmul_matches_numpy_within_the_quantization_error(qtype, n_out, isa):
+    rng = np.random.default_rng(n_out + id_of(qtype))
+    n_in = input_size(qtype)
+    raw = random_matrix(qtype, n_in, n_out, rng)
+    w = t.dequantize(id_of(qtype), raw, n_in * n_out).reshape(n_out, n_in)
+    x = rng.standard_normal((3, n_in)).astype(np.float32)
+    y = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=2, isa=isa)
+    expected = x.astype(np.float64) @ w.astype(np.float64).T
+    assert y.shape == (3, n_out)
+    assert np.all(np.abs(y - expected) <= quantization_bound(qtype, w, x))
+
+
+@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_1, GT.Q8_0, GT.Q4_K, GT.Q6_K], ids=lambda q: q.name)
+def test_matmul_equals_the_scalar_dot_of_the_quantized_rows(qtype):
+    """The matmul of row r, output o is the kernel's vec_dot of those rows."""
+    rng = np.random.default_rng(5)
+    n_in, n_out = input_size(qtype, 3), 5
+    raw = random_matrix(qtype, n_in, n_out, rng)
+    x = rng.standard_normal((2, n_in)).astype(np.float32)
+    row_bytes = raw.size // n_out
+    for isa in ISAS:
+        y = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa=isa)
+        for r in range(2):
+            for o in range(n_out):
+                dot = t.vec_dot(id_of(qtype), raw[o * row_bytes:(o + 1) * row_bytes], x[r], isa)
+                assert y[r, o] == np.float32(dot)
+
+
+@st.composite
+def batch_cases(draw):
+    qtype = draw(st.sampled_from(ALL_TYPES))
+    n_rows = draw(st.sampled_from([2, 3, 4, 7, 64]))
+    return (
+        qtype,
+        n_rows,
+        draw(st.integers(0, n_rows - 1)),
+        draw(st.sampled_from([1, 2, 3])),
+        draw(st.sampled_from([1, 17, 33, 64, 129])),
+        draw(st.sampled_from(ISAS)),
+        draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(batch_cases())
+def test_a_row_is_bitwise_identical_alone_or_in_any_batch_and_thread_count(case):
+    qtype, n_rows, position, threads, n_out, isa, seed = case
+    rng = np.random.default_rng(seed)
+    n_in = input_size(qtype)
+    raw = random_matrix(qtype, n_in, n_out, rng)
+    row = rng.standard_normal((1, n_in)).astype(np.float32)
+    others = (rng.standard_normal((n_rows, n_in)) * rng.uniform(0.01, 100)).astype(np.float32)
+    batch = others.copy()
+    batch[position] = row[0]
+    alone = t.matmul(id_of(qtype), raw, n_in, n_out, row, threads=1, isa=isa)
+    batched = t.matmul(id_of(qtype), raw, n_in, n_out, batch, threads=threads, isa=isa)
+    assert np.array_equal(batched[position], alone[0])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_large_matmul_is_identical_on_one_and_two_threads(isa):
+    rng = np.random.default_rng(9)
+    n_in, n_out = 512, 300
+    for qtype in (GT.Q4_1, GT.Q4_K, GT.F32):
+        raw = random_matrix(qtype, n_in, n_out, rng)
+        x = rng.standard_normal((70, n_in)).astype(np.float32)
+        one = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa=isa)
+        two = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=2, isa=isa)
+        assert np.array_equal(one, two)
+
+
+def test_matmul_rejects_mismatched_shapes_and_buffers():
+    raw = random_matrix(GT.Q8_0, 64, 4, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="x must have 64 columns, got 32"):
+        t.matmul(int(GT.Q8_0), raw, 64, 4, np.zeros((1, 32), dtype=np.float32))
+    with pytest.raises(ValueError, match="must be 340 bytes"):
+        t.matmul(int(GT.Q8_0), raw, 64, 5, np.zeros((1, 64), dtype=np.float32))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        t.matmul(int(GT.Q8_0), raw, 63, 4, np.zeros((1, 63), dtype=np.float32))
+
+
+def test_matmul_with_zero_rows_returns_an_empty_result():
+    raw = random_matrix(GT.Q8_0, 64, 4, np.random.default_rng(0))
+    y = t.matmul(int(GT.Q8_0), raw, 64, 4, np.zeros((0, 64), dtype=np.float32))
+    assert y.shape == (0, 4)
