@@ -47,6 +47,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // serialized: one runs on the accelerator at a time.
   void forward(const std::vector<ForwardSegment>& segments);
 
+  // Tests only: see ForwardFaults.
+  ForwardFaults& faults() { return backend_->faults; }
+
  private:
   Engine() = default;
 
