@@ -93,11 +93,13 @@ def test_gemma3_agrees_with_llama_cpp_past_its_sliding_window(engines):
 
 
 def test_gemma3_greedy_generation_stays_healthy_long_after_the_ring_wraps(engines):
-    # 1,500 greedy tokens after a ~300-token prompt: positions run to ~1,800,
-    # far past the 512-token window and the ring's 1,023 rows.
-    prompt = _reference(CRITERIA["gemma3-270m"].reference_json)["prompts"]["long"]["tokens"]
+    # 1,500 greedy tokens after the 23-token "plain" prompt: positions run far
+    # past the 512-token window and the ring's 1,023 rows. gemma3-270m answers
+    # this prompt by retelling its sentence (llama.cpp's greedy_text does the
+    # same); a broken ring would derail that into other tokens or a collapse.
+    prompt = _reference(CRITERIA["gemma3-270m"].reference_json)["prompts"]["plain"]
     session = engines["gemma3-270m"].session(max_context=2048)
-    session.prefill(prompt)
+    session.prefill(prompt["tokens"])
     generated = []
     for _ in range(1500):
         logits = session.logits
@@ -107,11 +109,11 @@ def test_gemma3_greedy_generation_stays_healthy_long_after_the_ring_wraps(engine
         session.decode(token)
     longest_run = max(len(list(run)) for _, run in itertools.groupby(generated))
     assert longest_run < 8, f"one token repeated {longest_run} times in a row"
-    tail = generated[-500:]
-    assert len(set(tail)) >= 20, f"only {len(set(tail))} distinct tokens in the last 500"
-    # Sensible text: the last 500 tokens are still mostly ordinary word pieces
-    # of the vocabulary rather than a collapse onto rare ids.
-    assert np.median(tail) < 50_000
+    tail = generated[-500:]  # positions ~1,020..1,520: the ring has wrapped
+    assert len(set(tail)) >= 15, f"only {len(set(tail))} distinct tokens in the last 500"
+    vocabulary_so_far = set(prompt["tokens"]) | set(generated[:100])
+    strangers = [t for t in tail if t not in vocabulary_so_far]
+    assert not strangers, f"the text drifted: {strangers[:10]}"
 
 
 def test_real_model_config_and_metadata(engines):
