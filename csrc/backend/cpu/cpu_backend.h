@@ -44,11 +44,17 @@ class CpuBackend final : public Backend {
   struct Workspace {
     std::vector<float> x, xn, q, k, v, attn, proj, gate, up, logits;
     std::vector<float> rope_cos, rope_sin;  // (rope kinds, rows, n_rot / 2)
-    std::vector<std::vector<float>> scores; // per thread: attention scratch
+    std::vector<std::vector<float>> scores; // per thread: attention scratch (ops_attention.h)
   };
   struct Row {
     size_t segment;
     size_t position;
+  };
+  // Consecutive rows of one segment whose attention runs as one task.
+  struct AttentionBlock {
+    size_t segment;
+    size_t first_row;
+    size_t n_rows;
   };
 
   void run_layer(uint32_t il, const std::vector<ForwardSegment>& segments,
@@ -66,6 +72,7 @@ class CpuBackend final : public Backend {
   std::vector<cpu::RopeFrequencies> rope_;
   Workspace ws_;
   std::vector<Row> rows_;
+  std::vector<AttentionBlock> attention_blocks_;
   std::vector<int32_t> tokens_;
 };
 
