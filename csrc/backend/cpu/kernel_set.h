@@ -12,7 +12,8 @@
 
 namespace muser::cpu {
 
-enum class Isa : uint32_t { Scalar, Avx2, Avx512 };
+// Avx512 means F/BW/VL/DQ; Avx512Vnni adds the VNNI int8 dot product.
+enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni };
 
 // Computes a tile of weight-row x activation-row dot products:
 //
@@ -42,6 +43,8 @@ struct KernelSet {
 // isa_supported() said yes.
 const KernelSet& scalar_kernel_set();
 const KernelSet& avx2_kernel_set();
+const KernelSet& avx512_kernel_set();
+const KernelSet& avx512vnni_kernel_set();
 
 const char* isa_name(Isa isa);
 // Whether this CPU (and this build) can run `isa`. Scalar always can.
@@ -50,7 +53,7 @@ bool isa_supported(Isa isa);
 Isa best_isa();
 // The table for `isa`; throws InvalidArgument when this CPU cannot run it.
 const KernelSet& kernel_set(Isa isa);
-// Parses "scalar" / "avx2" / "avx512" / "best"; throws InvalidArgument for
+// Parses "scalar" / "avx2" / "avx512" / "avx512vnni" / "best"; throws InvalidArgument for
 // other names and for instruction sets this CPU cannot run.
 Isa parse_isa(const char* name);
 
