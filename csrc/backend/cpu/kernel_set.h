@@ -31,12 +31,20 @@ using TileFn = void (*)(size_t n, const uint8_t* w, size_t w_row_bytes, size_t n
                         const uint8_t* act, size_t act_row_bytes, size_t n_act_rows, float* y,
                         size_t y_stride);
 
-// Indexed by ggml type id; entries for unsupported ids are null.
+// Quantizes one float32 activation row of n elements into dst, in one of
+// the ActivationFormats (tensor/reference_kernels.h). Every implementation
+// writes exactly the bytes ref::quantize_activation_row writes.
+using QuantizeFn = void (*)(const float* x, uint8_t* dst, size_t n);
+
+// Tile entries are indexed by ggml type id (null for unsupported ids);
+// quantize entries by ActivationFormat (F32, Q8_0, Q8_1, Q8_K).
 constexpr uint32_t kMaxTypeId = 32;
+constexpr uint32_t kActivationFormats = 4;
 
 struct KernelSet {
   Isa isa;
   TileFn tile[kMaxTypeId];
+  QuantizeFn quantize[kActivationFormats];
 };
 
 // The kernel tables, one per instruction set. Only call the SIMD ones after

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "backend/cpu/kernel_set.h"
 #include "tensor/half_float.h"
@@ -18,7 +19,8 @@ namespace {
 #include "backend/cpu/x86_kernels_256.inc"
 
 constexpr KernelSet make_avx2_set() {
-  KernelSet set{Isa::Avx2, {}};
+  KernelSet set{Isa::Avx2, {}, {}};
+  set_quantizers(set);
   set.tile[0] = tile_rows<FloatKernel256<FloatF32>>;    // F32
   set.tile[1] = tile_rows<FloatKernel256<FloatF16>>;    // F16
   set.tile[30] = tile_rows<FloatKernel256<FloatBF16>>;  // BF16

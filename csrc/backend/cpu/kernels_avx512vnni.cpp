@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "backend/cpu/kernel_set.h"
 #include "tensor/half_float.h"
