@@ -4,6 +4,10 @@ batch size and thread count. Prints a table (GFLOP/s and GB/s of weight).
     python benchmarks/bench_kernels.py                     # default sweep
     python benchmarks/bench_kernels.py --types Q4_1,Q8_0 --rows 1,4 --threads 1
 
+Timing is in C++ (one thread pool per configuration, one warm-up call), so
+Python overhead is not included. On a shared machine prefer the best-of-N
+column; the median shows how much other load disturbed the run.
+
 Weights are random valid blocks (fp16 scales set to sane values). Small
 shapes stay in cache across repeats, so they measure compute; the
 576x49152 shape (the smollm2 output projection) streams from memory.
@@ -65,13 +69,14 @@ def main() -> None:
     isas = t.cpu_isas() if args.isas == "all" else [s if s != "best" else t.best_isa() for s in args.isas.split(",")]
     rng = np.random.default_rng(0)
     print(f"CPU kernel sets available: {t.cpu_isas()}; best = {t.best_isa()}")
-    print(f"{'type':6} {'isa':7} {'shape(in x out)':>16} {'rows':>5} {'thr':>3} {'ms':>9} {'GFLOP/s':>9} {'GB/s(w)':>8}")
+    print("ms = best of N calls (median in brackets); GFLOP/s and GB/s of weight from the best.")
+    print(f"{'type':6} {'isa':10} {'in x out':>10} {'rows':>5} {'thr':>3} {'ms':>9} {'(median)':>10} {'GFLOP/s':>8} {'GB/s(w)':>8}")
     for name in args.types.split(","):
         type_id, elems, nbytes = TYPES[name]
         for shape in args.shapes.split(","):
             n_in, n_out = (int(v) for v in shape.split("x"))
             if n_in % elems:
-                print(f"{name:6} {'-':7} {shape:>16}  skipped: input size not a multiple of {elems}")
+                print(f"{name:6} {'-':10} {shape:>10}  skipped: input size not a multiple of {elems}")
                 continue
             raw = random_weight(name, n_in, n_out, rng)
             w_bytes = n_in * n_out // elems * nbytes
@@ -81,11 +86,12 @@ def main() -> None:
                     for threads in (int(v) for v in args.threads.split(",")):
                         probe = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, 1)[0]
                         repeats = max(3, min(2000, int(args.min_seconds / max(probe, 1e-7))))
-                        secs = statistics.median(t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, repeats))
+                        times = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, repeats)
+                        secs, median = min(times), statistics.median(times)
                         gflops = 2.0 * n_in * n_out * rows / secs / 1e9
                         gbps = w_bytes / secs / 1e9
-                        print(f"{name:6} {isa:7} {shape:>16} {rows:>5} {threads:>3} {secs * 1e3:9.3f} {gflops:9.1f} {gbps:8.1f}",
-                              flush=True)
+                        print(f"{name:6} {isa:10} {shape:>10} {rows:>5} {threads:>3} {secs * 1e3:9.3f} "
+                              f"({median * 1e3:8.3f}) {gflops:8.1f} {gbps:8.1f}", flush=True)
 
 
 if __name__ == "__main__":
