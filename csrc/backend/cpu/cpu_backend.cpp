@@ -58,7 +58,10 @@ void grow(std::vector<float>& v, size_t n) {
 }  // namespace
 
 CpuBackend::CpuBackend(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool)
-    : model_(std::move(model)), pool_(std::move(pool)), f16_(cpu::f16_vec_ops()) {
+    : model_(std::move(model)),
+      pool_(std::move(pool)),
+      f16_(cpu::f16_vec_ops()),
+      activations_(cpu::activation_ops()) {
   if (!model_ || !pool_) throw InternalError("[cpu backend] needs a model and a thread pool");
   const HParams& hp = model_->hparams;
   const ModelWeights& w = model_->weights;
@@ -315,9 +318,9 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
       float* gate = ws_.gate.data() + r * hp.n_ff;
       const float* up = ws_.up.data() + r * hp.n_ff;
       if (hp.ffn_activation == FfnActivation::Silu) {
-        cpu::swiglu(gate, up, hp.n_ff);
+        activations_.swiglu(gate, up, hp.n_ff);
       } else {
-        cpu::geglu(gate, up, hp.n_ff);
+        activations_.geglu(gate, up, hp.n_ff);
       }
     }
   });

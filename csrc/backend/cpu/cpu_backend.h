@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/ops_activation.h"
 #include "backend/cpu/ops_rope.h"
 #include "backend/cpu/vec_f16.h"
 #include "core/thread_pool.h"
@@ -67,6 +68,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<const Model> model_;
   std::shared_ptr<ThreadPool> pool_;
   const cpu::F16VecOps& f16_;
+  const cpu::ActivationOps& activations_;
   std::vector<LayerVectors> layer_vectors_;
   std::vector<float> output_norm_;
   std::vector<cpu::RopeFrequencies> rope_;

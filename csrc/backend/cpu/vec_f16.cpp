@@ -19,8 +19,7 @@ void to_f16_scalar(const float* x, uint16_t* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
-// Eight partial sums combined pairwise at the end: the summation order of the
-// SIMD versions (which differ only in fusing multiply and add).
+// Eight interleaved partial sums combined pairwise at the end.
 float dot_scalar(const float* x, const float* y, size_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t i = 0;

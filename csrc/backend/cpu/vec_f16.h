@@ -15,7 +15,7 @@ struct F16VecOps {
   void (*to_f32)(const uint16_t* x, float* y, size_t n);
   // y[i] = f16(x[i]), round to nearest even
   void (*to_f16)(const float* x, uint16_t* y, size_t n);
-  // sum_i x[i] * y[i], as eight interleaved partial sums combined pairwise
+  // sum_i x[i] * y[i], in an order fixed by n (and the instruction set)
   float (*dot)(const float* x, const float* y, size_t n);
   // y[i] += a * x[i]
   void (*axpy)(float* y, float a, const float* x, size_t n);

@@ -25,10 +25,20 @@ void to_f16_avx2(const float* x, uint16_t* y, size_t n) {
   for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
+// Four independent accumulators keep the FMA units busy (one chain would
+// wait on each FMA's latency); their combination order is fixed.
 float dot_avx2(const float* x, const float* y, size_t n) {
-  __m256 acc = _mm256_setzero_ps();
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+  const __m256 acc = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, acc);
   for (size_t j = 0; i < n; ++i, ++j) lanes[j] += x[i] * y[i];
