@@ -15,6 +15,7 @@
 #include "bindings/bindings.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
+#include "engine/decode_group.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 
@@ -186,6 +187,15 @@ void init_engine(nb::module_& m) {
       .def_prop_ro("path", [](const Engine& e) { return e.file().path(); })
       .def_prop_ro("backend", [](const Engine& e) { return std::string(e.backend_name()); })
       .def_prop_ro("threads", &Engine::threads)
+      .def(
+          "decode_group",
+          [](Engine& e, const std::vector<Session*>& sessions, const std::vector<int64_t>& tokens) {
+            std::vector<int32_t> ids = token_ids(tokens, e.hparams().n_vocab, "decode_group");
+            nb::gil_scoped_release release;
+            decode_group(e, sessions, ids);
+          },
+          nb::arg("sessions"), nb::arg("tokens"),
+          "One token for each of 1..4 sessions in one forward (one weight pass); releases the GIL.")
       .def(
           "_arm_forward_fault",
           [](Engine& e, uint64_t forwards_to_skip, uint32_t after_layer) {

@@ -67,6 +67,9 @@ class Session {
   const std::shared_ptr<Engine>& engine() const { return engine_; }
 
  private:
+  friend void decode_group(Engine& engine, const std::vector<Session*>& sessions,
+                           const std::vector<int32_t>& tokens);
+
   void check_tokens(const int32_t* tokens, size_t n, const char* what) const;
   // Runs tokens[0..n) at positions start.. into kv, chunk by chunk; the last
   // row's logits land in `logits`.

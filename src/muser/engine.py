@@ -201,5 +201,26 @@ class Engine:
         """
         return Session(self._core.session(max_context), self)
 
+    def decode_group(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:
+        """Decode one token in each of 1..4 sessions of this engine in one forward.
+
+        The sessions' rows share a single pass over the weights; each session's
+        logits come out bitwise equal to ``session.decode(token)`` alone.
+
+        Raises:
+            ValueError: not 1..4 sessions, a session given twice or from another
+                engine, a token count that differs, or a token out of range.
+            ContextOverflow: a session is full.
+
+        On failure no session changes. Thread safety: the sessions are locked
+        for the call (in a fixed order, so overlapping groups cannot deadlock).
+        """
+        cores = []
+        for session in sessions:
+            if not isinstance(session, Session) or session.engine is not self:
+                raise ValueError("decode_group: every session must come from this engine")
+            cores.append(session._core)
+        self._core.decode_group(cores, [operator.index(t) for t in tokens])
+
     def __repr__(self) -> str:
         return f"Engine({self.path!r}, backend={self.backend!r}, threads={self.threads})"
