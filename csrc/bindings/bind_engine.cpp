@@ -13,6 +13,7 @@
 #include <nanobind/stl/optional.h>
 
 #include "bindings/bindings.h"
+#include "core/cancel_token.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -106,12 +107,14 @@ void init_engine(nb::module_& m) {
                       "leaves tokens, n_past and logits unchanged.")
       .def(
           "prefill",
-          [](Session& s, const std::vector<int64_t>& tokens) {
+          [](Session& s, const std::vector<int64_t>& tokens, std::shared_ptr<CancelToken> cancel) {
             std::vector<int32_t> ids = token_ids(tokens, s.engine()->hparams().n_vocab, "prefill");
             nb::gil_scoped_release release;
-            s.prefill(ids);
+            s.prefill(ids, cancel.get());
           },
-          nb::arg("tokens"), "Append tokens (forward in chunks of 512 rows); releases the GIL.")
+          nb::arg("tokens"), nb::arg("cancel").none() = nb::none(),
+          "Append tokens (chunks of 512 rows, 64 while a decoder waits); releases the GIL.\n"
+          "A cancelled token stops it at a chunk boundary with Cancelled, state unchanged.")
       .def(
           "decode",
           [](Session& s, int64_t token) {
@@ -159,6 +162,7 @@ void init_engine(nb::module_& m) {
           },
           "Next-token logits of the last position: a new float32 array (n_vocab,) the caller owns, "
           "or None before the first token.")
+      .def_prop_ro("id", &Session::id, "This session's key in the engine's decode rotation.")
       .def_prop_ro("tokens", &Session::tokens, "The token history (a copy).")
       .def_prop_ro("n_past", &Session::n_past)
       .def_prop_ro("max_context", &Session::max_context)
@@ -195,7 +199,36 @@ void init_engine(nb::module_& m) {
             return e.new_session(static_cast<size_t>(n));
           },
           nb::arg("max_context") = nb::none(),
-          "A new session of up to max_context positions (default min(4096, training context)).");
+          "A new session of up to max_context positions (default min(4096, training context)).")
+      .def(
+          "decode_group",
+          [](Engine& e, const std::vector<Session*>& sessions, const std::vector<int64_t>& tokens) {
+            std::vector<int32_t> ids = token_ids(tokens, e.hparams().n_vocab, "decode_group");
+            for (size_t i = 0; i < sessions.size(); ++i) {
+              if (sessions[i] != nullptr && sessions[i]->engine().get() != &e) {
+                throw InvalidArgument("[decode_group] session " + std::to_string(i) + " belongs to another engine");
+              }
+            }
+            nb::gil_scoped_release release;
+            Session::decode_group(sessions, ids);
+          },
+          nb::arg("sessions"), nb::arg("tokens"),
+          "Append tokens[i] to sessions[i] for 1..4 distinct sessions in one weight pass.\n"
+          "Checks everything first: on any error no session changes. Releases the GIL.")
+      .def(
+          "scheduler_stats",
+          [](Engine& e) {
+            SchedulerStats st = e.scheduler().stats();
+            nb::dict d;
+            d["decode_grants"] = st.decode_grants;
+            d["decode_rows"] = st.decode_rows;
+            d["prefill_grants"] = st.prefill_grants;
+            d["permit_wait_ns"] = st.permit_wait_ns;
+            d["permit_hold_ns"] = st.permit_hold_ns;
+            d["max_permit_wait_ns"] = st.max_permit_wait_ns;
+            return d;
+          },
+          "Accelerator permits granted so far: counts, rows, wait and hold times (a new dict).");
 }
 
 }  // namespace muser::bindings

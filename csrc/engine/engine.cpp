@@ -33,8 +33,8 @@ std::shared_ptr<Session> Engine::new_session(size_t max_context) {
   return std::make_shared<Session>(shared_from_this(), max_context);
 }
 
-void Engine::forward(const std::vector<ForwardSegment>& segments) {
-  std::lock_guard<std::mutex> lock(forward_mutex_);
+void Engine::forward(const Permit& permit, const std::vector<ForwardSegment>& segments) {
+  if (!permit.held()) throw InternalError("[engine] forward without an accelerator permit");
   backend_->forward(segments);
 }
 

@@ -52,18 +52,26 @@ class Session:
         """The engine this session runs on."""
         return self._engine
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """Append ``tokens`` to the sequence, computing them in chunks of 512 rows.
+    @property
+    def id(self) -> int:
+        """This session's key in the engine's decode rotation (unique per process)."""
+        return self._core.id
 
-        Afterwards ``logits`` are the next-token logits after the last of them.
-        An empty sequence changes nothing.
+    def prefill(self, tokens: Sequence[int], *, cancel: _core.CancelToken | None = None) -> None:
+        """Append ``tokens`` to the sequence.
+
+        They are computed in chunks of 512 rows, or 64 from the next chunk on
+        once another session waits to decode, so a long prompt never stalls
+        running generations. Afterwards ``logits`` are the next-token logits
+        after the last of them. An empty sequence changes nothing.
 
         Raises:
             ValueError: a token id outside ``[0, n_vocab)``.
             TypeError: an element that is not an integer.
             ContextOverflow: ``n_past + len(tokens) > max_context``.
+            Cancelled: ``cancel`` was cancelled; seen at a chunk boundary.
         """
-        self._core.prefill([operator.index(t) for t in tokens])
+        self._core.prefill([operator.index(t) for t in tokens], cancel)
 
     def decode(self, token: int) -> None:
         """Append one token; ``logits`` become the distribution after it.
@@ -200,6 +208,31 @@ class Engine:
             ValueError: ``max_context`` outside ``1..context_length``.
         """
         return Session(self._core.session(max_context), self)
+
+    def decode_group(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:
+        """Append ``tokens[i]`` to ``sessions[i]`` for 1..4 sessions in ONE weight pass.
+
+        Each row's logits are bitwise identical to decoding that session alone.
+        Everything is checked first, so on any error no session changes.
+
+        Raises:
+            ValueError: not 1..4 rows, a length mismatch, a repeated session, a
+                session of another engine, or a token outside the vocabulary.
+            ContextOverflow: a session already holds ``max_context`` tokens.
+        """
+        cores = []
+        for index, session in enumerate(sessions):
+            if not isinstance(session, Session):
+                raise TypeError(f"sessions[{index}] must be a muser Session, got {type(session).__name__}")
+            if session.engine is not self:
+                raise ValueError(f"[decode_group] session {index} belongs to another engine")
+            cores.append(session._core)
+        self._core.decode_group(cores, [operator.index(t) for t in tokens])
+
+    def scheduler_stats(self) -> dict[str, int]:
+        """Accelerator permits granted so far (decode grants and rows, prefill
+        chunks, summed wait and hold nanoseconds). A new dict each call."""
+        return self._core.scheduler_stats()
 
     def __repr__(self) -> str:
         return f"Engine({self.path!r}, backend={self.backend!r}, threads={self.threads})"
