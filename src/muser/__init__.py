@@ -19,10 +19,20 @@ from muser.errors import (
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
 from muser.engine import Engine, Session, SessionSnapshot
+from muser.pool import CancelToken, Lease, Slot, SlotPool
+from muser import models
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CancelToken",
+    "Engine",
+    "Lease",
+    "Session",
+    "SessionSnapshot",
+    "Slot",
+    "SlotPool",
+    "models",
     "Cancelled",
     "ContextOverflow",
     "FetchError",
