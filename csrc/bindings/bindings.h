@@ -7,5 +7,6 @@ namespace muser::bindings {
 
 void init_errors(nanobind::module_& m);
 void init_gguf(nanobind::module_& m);
+void init_tokenizer(nanobind::module_& m);
 
 }  // namespace muser::bindings

@@ -4,4 +4,5 @@ NB_MODULE(_core, m) {
   m.doc() = "muser's compiled core. Use the public names in `muser`, not these.";
   muser::bindings::init_errors(m);
   muser::bindings::init_gguf(m);
+  muser::bindings::init_tokenizer(m);
 }
