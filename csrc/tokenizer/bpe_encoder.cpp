@@ -7,14 +7,14 @@
 // llm_tokenizer_bpe, on token ids instead of strings: every merge names known
 // tokens (checked at load), so ids and texts correspond one to one.
 #include <algorithm>
+#include <unordered_map>
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
 
 namespace muser {
-namespace {
 
-struct BpeSymbol {
+struct Tokenizer::BpeSymbol {
   uint32_t start;   // byte offset in the clean text
   uint32_t length;  // bytes; 0 once merged into the symbol on its left
   int32_t prev;
@@ -22,7 +22,7 @@ struct BpeSymbol {
   int32_t id;  // -1 when the byte's character is not a token
 };
 
-struct BpeBigram {
+struct Tokenizer::BpeBigram {
   int32_t rank;
   int32_t left;
   int32_t right;
@@ -30,6 +30,10 @@ struct BpeBigram {
   int32_t right_id;
   int32_t result;
 };
+
+namespace {
+
+using BpeBigram = Tokenizer::BpeBigram;
 
 // Lowest rank first; among equal ranks the leftmost pair (heap order: the
 // "largest" is popped first, hence the inverted comparison).
@@ -50,9 +54,36 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
   std::vector<BpeSymbol> symbols;
   std::vector<BpeBigram> heap;  // max-heap under BpeBigramOrder
   std::string encoded;
+  // Per-call memo: word bytes -> where its ids already are in `out`. Real
+  // text repeats words constantly, and a word's ids depend on nothing else.
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
+  seen.reserve(std::min<size_t>(words.size(), 1 << 16));
+  constexpr uint32_t kMaxMemoWord = 64;
+
   for (const auto& [word_begin, word_end] : words) {
     const uint32_t word_length = word_end - word_begin;
     if (word_length == 0) continue;
+    const std::string_view word(clean.data() + word_begin, word_length);
+    if (word_length <= kMaxMemoWord) {
+      const auto hit = seen.find(word);
+      if (hit != seen.end()) {
+        const auto [first, count] = hit->second;
+        out.reserve(out.size() + count);
+        for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
+        continue;
+      }
+    }
+    const size_t out_before = out.size();
+    encode_bpe_word(clean, word_begin, word_end, out, symbols, heap, encoded);
+    if (word_length <= kMaxMemoWord) seen.emplace(word, std::make_pair(out_before, out.size() - out_before));
+  }
+}
+
+void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end,
+                                std::vector<int32_t>& out, std::vector<BpeSymbol>& symbols,
+                                std::vector<BpeBigram>& heap, std::string& encoded) const {
+  const uint32_t word_length = word_end - word_begin;
+  {
     if (ignore_merges_) {
       // Words that are tokens as a whole skip merging (llama3-style vocabularies).
       encoded.clear();
@@ -60,7 +91,7 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
       const int32_t id = text_to_id_.find(encoded);
       if (id >= 0) {
         out.push_back(id);
-        continue;
+        return;
       }
     }
     symbols.clear();

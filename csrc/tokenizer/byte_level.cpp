@@ -14,12 +14,15 @@ bool maps_to_itself(int byte) {
 struct Alphabet {
   std::array<uint32_t, 256> code_point{};
   std::array<std::string, 256> utf8;
+  std::array<int16_t, 0x100 + 68> byte_of{};  // inverse of code_point; -1 when unused
 
   Alphabet() {
+    byte_of.fill(-1);
     uint32_t next = 0x100;
     for (int b = 0; b < 256; ++b) {
       code_point[b] = maps_to_itself(b) ? static_cast<uint32_t>(b) : next++;
       unicode::append_utf8(utf8[b], code_point[b]);
+      byte_of[code_point[b]] = static_cast<int16_t>(b);
     }
   }
 };
@@ -34,17 +37,8 @@ const Alphabet& alphabet() {
 uint32_t code_point_of_byte(uint8_t byte) { return alphabet().code_point[byte]; }
 
 int byte_of_code_point(uint32_t cp) {
-  if (cp < 0x100) return maps_to_itself(static_cast<int>(cp)) ? static_cast<int>(cp) : -1;
-  if (cp >= 0x100 + 68) return -1;
-  // The 68 remapped bytes are exactly the bytes that do not map to themselves,
-  // in increasing order.
-  uint32_t index = cp - 0x100;
-  for (int b = 0; b < 256; ++b) {
-    if (maps_to_itself(b)) continue;
-    if (index == 0) return b;
-    --index;
-  }
-  return -1;
+  const Alphabet& a = alphabet();
+  return cp < a.byte_of.size() ? a.byte_of[cp] : -1;
 }
 
 const std::string& utf8_of_byte(uint8_t byte) { return alphabet().utf8[byte]; }

@@ -32,24 +32,25 @@ void TokenTextMap::reserve(size_t n) {
   mask_ = cap - 1;
   count_ = 0;
   for (const Slot& s : old) {
-    if (s.id >= 0) insert(std::string_view(s.data, s.size), s.id);
+    if (s.id >= 0) insert(s.offset, s.size, s.id);
   }
 }
 
 void TokenTextMap::grow() { reserve(slots_.empty() ? 8 : slots_.size()); }
 
-int32_t TokenTextMap::insert(std::string_view key, int32_t id) {
+int32_t TokenTextMap::insert(uint32_t offset, uint32_t size, int32_t id) {
   if ((count_ + 1) * 2 > slots_.size()) grow();
-  const uint64_t h = hash_bytes(key.data(), key.size());
+  const char* key = arena_ + offset;
+  const uint64_t h = hash_bytes(key, size);
   const uint32_t h32 = static_cast<uint32_t>(h >> 32);
   for (size_t i = static_cast<size_t>(h) & mask_;; i = (i + 1) & mask_) {
     Slot& s = slots_[i];
     if (s.id < 0) {
-      s = Slot{key.data(), static_cast<uint32_t>(key.size()), h32, id};
+      s = Slot{offset, size, h32, id};
       ++count_;
       return -1;
     }
-    if (s.hash32 == h32 && s.size == key.size() && std::memcmp(s.data, key.data(), key.size()) == 0) return s.id;
+    if (s.hash32 == h32 && s.size == size && std::memcmp(arena_ + s.offset, key, size) == 0) return s.id;
   }
 }
 
@@ -60,7 +61,7 @@ int32_t TokenTextMap::find(const char* data, size_t size) const {
   for (size_t i = static_cast<size_t>(h) & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.id < 0) return -1;
-    if (s.hash32 == h32 && s.size == size && std::memcmp(s.data, data, size) == 0) return s.id;
+    if (s.hash32 == h32 && s.size == size && std::memcmp(arena_ + s.offset, data, size) == 0) return s.id;
   }
 }
 

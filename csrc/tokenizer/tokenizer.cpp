@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "tokenizer/spm_pair_memo.h"
 
 namespace muser {
 
@@ -55,6 +56,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     // that follows a special token (SentencePiece's "dummy prefix").
     bool previous_special = true;
     std::string buffer;
+    SpmMemo memo(text.size());
     for (const TextFragment& f : fragments) {
       if (f.token >= 0) {
         out.push_back(f.token);
@@ -64,7 +66,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       buffer.clear();
       if (add_space_prefix_ && previous_special) buffer.push_back(' ');
       buffer.append(text.data() + f.offset, f.length);
-      encode_spm(buffer, out);
+      encode_spm(buffer, out, memo);
       previous_special = false;
     }
   } else {

@@ -27,6 +27,8 @@
 
 namespace muser {
 
+class SpmMemo;
+
 // GGUF tokenizer.ggml.token_type values.
 enum class TokenType : int32_t {
   Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6,
@@ -100,8 +102,22 @@ class Tokenizer {
   friend class TokenizerLoader;
 
   void check_id(int32_t id, const char* where) const;
-  void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_spm(std::string_view text, std::vector<int32_t>& out, SpmMemo& memo) const;
+  void encode_spm_word(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
+                       SpmMemo& memo) const;
+  void encode_spm_part(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
+                       SpmMemo& memo) const;
+  // Whether a token has a U+2581 that follows another character (such a
+  // token can span a word boundary).
+  static bool token_spans_space(std::string_view token);
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
+ public:
+  struct BpeSymbol;  // bpe_encoder.cpp
+  struct BpeBigram;
+
+ private:
+  void encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
+                       std::vector<BpeSymbol>& symbols, std::vector<BpeBigram>& heap, std::string& encoded) const;
   void spm_byte_fallback(const char* bytes, size_t n, std::vector<int32_t>& out) const;
 
   TokenizerKind kind_ = TokenizerKind::SentencePiece;
@@ -119,8 +135,14 @@ class Tokenizer {
   TokenTextMap text_to_id_;
   size_t max_token_length_ = 0;
 
-  // SentencePiece: id of the byte token for each byte (-1: none).
+  // SentencePiece: id of the byte token for each byte (-1: none), and id of
+  // the token whose text is that single byte (-1: none).
   std::vector<int32_t> byte_token_;
+  std::vector<int32_t> single_byte_token_;
+  // SentencePiece: split at word boundaries (see spm_encoder.cpp), unless too
+  // many tokens span them; those tokens' ids.
+  bool spm_word_split_ = false;
+  std::vector<int32_t> spm_space_spanning_;
   // BPE: id of each GPT-2 byte-alphabet character's token (-1: none).
   std::vector<int32_t> byte_char_token_;
   MergeMap merges_;

@@ -15,6 +15,10 @@ namespace {
 
 constexpr const char* kWhere = "tokenizer";
 
+// SentencePiece texts are split at word boundaries only when few tokens can
+// span one (each such token costs a search per fragment).
+constexpr size_t kMaxSpaceSpanningTokens = 32;
+
 [[noreturn]] void bad(const std::string& what) { throw ModelFormatError(format_where(kWhere, what)); }
 
 // Tokens recognised by their text (llama.cpp keeps these lists because
@@ -66,7 +70,10 @@ class TokenizerLoader {
  private:
   Tokenizer& t() { return *tok_; }
   int32_t n() const { return static_cast<int32_t>(tok_->attrs_.size()); }
-  std::string_view text(int32_t id) const { return tok_->token_text(id); }
+  std::string_view text(int32_t id) const {
+    const Tokenizer& tk = *tok_;
+    return std::string_view(tk.text_arena_).substr(tk.text_offset_[id], tk.text_offset_[id + 1] - tk.text_offset_[id]);
+  }
   uint16_t& attr(int32_t id) { return tok_->attrs_[id]; }
 
   void read_model() {
@@ -163,11 +170,12 @@ class TokenizerLoader {
     }
     tk.text_offset_.push_back(static_cast<uint32_t>(tk.text_arena_.size()));
 
+    tk.text_to_id_.set_arena(tk.text_arena_.data());
     tk.text_to_id_.reserve(count);
     for (int32_t i = 0; i < n_tok; ++i) {
-      const std::string_view s = text(i);
-      tk.max_token_length_ = std::max(tk.max_token_length_, s.size());
-      const int32_t previous = tk.text_to_id_.insert(s, i);
+      const uint32_t size = tk.text_offset_[i + 1] - tk.text_offset_[i];
+      tk.max_token_length_ = std::max<size_t>(tk.max_token_length_, size);
+      const int32_t previous = tk.text_to_id_.insert(tk.text_offset_[i], size, i);
       if (previous >= 0) {
         bad("tokenizer.ggml.tokens: duplicate token text (ids " + std::to_string(previous) + " and " +
             std::to_string(i) + ")");
@@ -472,17 +480,23 @@ class TokenizerLoader {
 
   void build_byte_tables() {
     Tokenizer& tk = t();
+    tk.single_byte_token_.assign(256, -1);
+    for (int b = 0; b < 256; ++b) {
+      const char one = static_cast<char>(b);
+      tk.single_byte_token_[b] = tk.text_to_id_.find(&one, 1);
+    }
     if (tk.kind_ == TokenizerKind::SentencePiece) {
+      for (int32_t id = 0; id < n() && tk.spm_space_spanning_.size() <= kMaxSpaceSpanningTokens; ++id) {
+        if (Tokenizer::token_spans_space(text(id))) tk.spm_space_spanning_.push_back(id);
+      }
+      tk.spm_word_split_ = tk.spm_space_spanning_.size() <= kMaxSpaceSpanningTokens;
+      if (!tk.spm_word_split_) tk.spm_space_spanning_.clear();
       tk.byte_token_.assign(256, -1);
       static const char* kHex = "0123456789ABCDEF";
       for (int b = 0; b < 256; ++b) {
         const char name[6] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
-        int32_t id = tk.text_to_id_.find(name, 6);
-        if (id < 0) {
-          const char one = static_cast<char>(b);
-          id = tk.text_to_id_.find(&one, 1);
-        }
-        tk.byte_token_[b] = id;
+        const int32_t id = tk.text_to_id_.find(name, 6);
+        tk.byte_token_[b] = id >= 0 ? id : tk.single_byte_token_[b];
       }
     } else {
       tk.byte_char_token_.assign(256, -1);
