@@ -309,19 +309,18 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
   clean.clear();
   s.code_points.clear();
   s.byte_offset.clear();
-  // Decode once; re-encoding makes invalid bytes into U+FFFD exactly where
-  // llama.cpp's reader does.
   size_t offset = 0;
   clean.reserve(text.size());
   while (offset < text.size()) {
-    const size_t start = offset;
     const uint32_t cp = unicode::decode_one(text, offset);
     s.code_points.push_back(cp);
     s.byte_offset.push_back(static_cast<uint32_t>(clean.size()));
-    if (cp == unicode::kReplacementChar) {
-      unicode::append_utf8(clean, cp);
+    // Canonical re-encoding, like llama.cpp: overlong forms shrink, bad
+    // bytes become U+FFFD.
+    if (cp < 0x80) {
+      clean.push_back(static_cast<char>(cp));
     } else {
-      clean.append(text.data() + start, offset - start);
+      unicode::append_utf8(clean, cp);
     }
   }
   const size_t n = s.code_points.size();

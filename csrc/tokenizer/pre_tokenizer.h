@@ -47,7 +47,8 @@ class PreTokenizer {
   explicit PreTokenizer(const std::vector<const char*>& patterns);
 
   // Splits `text` into words. `clean` receives the text re-encoded from its
-  // code points (invalid UTF-8 bytes become U+FFFD, as llama.cpp reads them);
+  // code points as llama.cpp reads them (invalid bytes become U+FFFD,
+  // overlong forms are shortened);
   // `words` receives byte ranges [begin, end) into `clean`, in order,
   // covering it completely. Thread-safe (all state is in `scratch`).
   void split(std::string_view text, std::string& clean, std::vector<std::pair<uint32_t, uint32_t>>& words,

@@ -17,7 +17,7 @@
 // call and its ids are reused.
 #include <algorithm>
 
-#include "tokenizer/spm_pair_memo.h"
+#include "tokenizer/spm_memo.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_text.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "tokenizer/spm_pair_memo.h"
+#include "tokenizer/spm_memo.h"
 
 namespace muser {
 
