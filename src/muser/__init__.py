@@ -18,6 +18,9 @@ from muser.errors import (
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
+from muser import sampling
+from muser.sampling.params import SamplingParams
+from muser.types import GenerationChunk
 
 __version__ = "0.1.0"
 
