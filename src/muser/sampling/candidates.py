@@ -29,29 +29,53 @@ def _sorted_desc(logits: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return positions[order]
 
 
+def _with_ties(logits: np.ndarray, greater: np.ndarray, kth: np.float32, k: int) -> np.ndarray:
+    """The top ``k``: every position above ``kth`` (sorted), then the first ties of ``kth``."""
+    ties = np.flatnonzero(logits == kth)[: k - greater.shape[0]]
+    return np.concatenate([_sorted_desc(logits, greater), ties])
+
+
 def top_positions(logits: np.ndarray, k: int) -> np.ndarray:
     """Positions of the ``k`` highest logits, by descending logit (ties: lower position first).
 
     Exact for any input. On large arrays a threshold is first estimated from a
     strided sample (cheap), every logit at or above it is collected, and only
-    those are sorted; if the estimate keeps fewer than ``k`` (adversarial input),
-    an exact partition is used instead.
+    those are sorted. Otherwise, or if the estimate fails, an exact selection
+    is used; masked (-inf) logits are set aside first because a partition over
+    a few values and masses of ties is pathologically slow.
     """
     n = logits.shape[0]
     if k >= n:
         return _sorted_desc(logits, np.arange(n))
     if k <= 0:
         return np.empty(0, dtype=np.intp)
+    bound = 64 * k + 4096
     if n >= _SAMPLED_TOP_MIN_SIZE and k * _SAMPLE_STRIDE * 4 <= n:
         sample = logits[::_SAMPLE_STRIDE]
-        rank = min(k // _SAMPLE_STRIDE + 4, sample.shape[0])
-        threshold = np.partition(sample, sample.shape[0] - rank)[sample.shape[0] - rank]
-        above = np.flatnonzero(logits >= threshold)
-        if k <= above.shape[0] <= 64 * k + 4096:
-            return _sorted_desc(logits, above)[:k]
+        # Aim for ~1.5 k survivors; if the tail of the sample misleads, try once lower.
+        for rank in (3 * k // (2 * _SAMPLE_STRIDE) + 8, 6 * k // _SAMPLE_STRIDE + 32):
+            rank = min(rank, sample.shape[0])
+            threshold = np.partition(sample, sample.shape[0] - rank)[sample.shape[0] - rank]
+            above = np.flatnonzero(logits >= threshold)
+            if above.shape[0] < k:
+                continue  # the threshold is above the k-th largest value
+            if above.shape[0] <= bound:
+                return _sorted_desc(logits, above)[:k]
+            greater = np.flatnonzero(logits > threshold)
+            if greater.shape[0] < k:  # the k-th largest value is the threshold itself
+                return _with_ties(logits, greater, threshold, k)
+            if greater.shape[0] <= bound:
+                return _sorted_desc(logits, greater)[:k]
+            break
+    finite = logits > -np.inf
+    n_finite = int(np.count_nonzero(finite))
+    if n_finite < n:
+        kept = np.flatnonzero(finite)
+        if n_finite <= k:
+            return np.concatenate([_sorted_desc(logits, kept), np.flatnonzero(~finite)[: k - n_finite]])
+        return kept[top_positions(logits[kept], k)]
     kth = np.partition(logits, n - k)[n - k]  # the k-th largest value
-    above = np.flatnonzero(logits >= kth)  # all of the top k, plus ties of the k-th
-    return _sorted_desc(logits, above)[:k]
+    return _with_ties(logits, np.flatnonzero(logits > kth), kth, k)
 
 
 class Candidates:
@@ -206,7 +230,7 @@ class Candidates:
             self.sort_descending()
         max_logit = self.logits[0] if self.sorted else self.logits.max()
         exp = np.exp(self.logits - max_logit)
-        self.probs = (exp / np.sum(exp, dtype=np.float64)).astype(np.float32)
+        self.probs = exp / np.float32(np.sum(exp, dtype=np.float64))
         return self.probs
 
     def copy(self) -> "Candidates":

@@ -33,6 +33,8 @@ __all__ = [
     "uniform_double",
     "uniform_float",
     "unnormalized_probs",
+    "running_sums",
+    "pick_from_running",
     "pick_by_running_sum",
     "pick_discrete",
     "discrete_draw",
@@ -82,16 +84,25 @@ def unnormalized_probs(logits: np.ndarray) -> np.ndarray:
     return np.exp(shifted.astype(np.float64)).astype(np.float32)
 
 
+def running_sums(probs: np.ndarray) -> np.ndarray:
+    """Running sums of float32 weights accumulated in double, in array order (like the C++ loop)."""
+    return np.cumsum(np.asarray(probs).astype(np.float64))  # cumsum is sequential
+
+
+def pick_from_running(running: np.ndarray, uniform: float) -> int:
+    """The first index whose running sum reaches ``running[-1] * uniform``. Pure function."""
+    target = running[-1] * uniform
+    index = int(np.searchsorted(running, target, side="left"))
+    return min(index, running.shape[0] - 1)
+
+
 def pick_by_running_sum(probs: np.ndarray, uniform: float) -> int:
     """llama.cpp's final pick: the first index whose running sum reaches ``total * uniform``.
 
     ``probs`` are float32 weights (not necessarily normalized); the running sum is
     accumulated in double, in array order. Pure function.
     """
-    running = np.cumsum(probs, dtype=np.float64)  # sequential, like the C++ loop
-    target = running[-1] * uniform
-    index = int(np.searchsorted(running, target, side="left"))
-    return min(index, len(running) - 1)
+    return pick_from_running(running_sums(probs), uniform)
 
 
 def pick_discrete(weights: np.ndarray, uniform: float) -> int:
@@ -104,7 +115,7 @@ def pick_discrete(weights: np.ndarray, uniform: float) -> int:
     if weights64.size < 2:
         return 0
     total = np.cumsum(weights64)[-1]  # std::accumulate: sequential
-    running = np.cumsum(weights64 / total)
+    running = np.cumsum(weights64 / total)  # normalize each weight, then partial sums
     running[-1] = 1.0
     return int(np.searchsorted(running, uniform, side="left"))
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from muser.sampling.base import Sampler
-from muser.sampling.candidates import Candidates
+from muser.sampling.candidates import Candidates, top_positions
 from muser.sampling.draw import discrete_draw, unnormalized_probs
 from muser.sampling.mt19937 import Mt19937, Mt19937State
 
@@ -85,12 +85,13 @@ class Mirostat(_MirostatBase):
         self.n_vocab = n_vocab
 
     def apply(self, candidates: Candidates) -> None:
-        probs = candidates.softmax(sort=True)
+        probs = candidates.softmax(sort=False)
         count = max(min(self.m - 1, len(candidates) - 1), 0)
+        top = probs[top_positions(candidates.logits, count + 1)]  # the most probable, sorted
         steps = np.arange(count, dtype=np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.log((steps + np.float32(2.0)) / (steps + np.float32(1.0)))
-            b = np.log(probs[:count] / probs[1 : count + 1])
+            b = np.log(top[:count] / top[1 : count + 1])
             sum_tb = np.cumsum(t * b, dtype=np.float32)[-1] if count else np.float32(0.0)
             sum_tt = np.cumsum(t * t, dtype=np.float32)[-1] if count else np.float32(0.0)
             s_hat = np.float32(sum_tb / sum_tt)
@@ -121,11 +122,11 @@ class MirostatV2(_MirostatBase):
     name = "mirostat-v2"
 
     def apply(self, candidates: Candidates) -> None:
-        probs = candidates.softmax(sort=True)
+        probs = candidates.softmax(sort=False)
         with np.errstate(divide="ignore"):
-            too_surprising = -np.log2(probs) > self.mu
-        cut = int(np.argmax(too_surprising)) if bool(too_surprising.any()) else len(candidates)
-        candidates.truncate(max(cut, 1))
+            plausible = int(np.count_nonzero(-np.log2(probs) <= self.mu))
+        # Surprise grows as the logit falls, so the plausible tokens are the top ones.
+        candidates.keep_top(max(plausible, 1))
         self._choose(candidates)
 
     def clone(self) -> "MirostatV2":

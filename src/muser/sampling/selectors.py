@@ -8,7 +8,7 @@ import numpy as np
 
 from muser.sampling.base import Sampler
 from muser.sampling.candidates import Candidates
-from muser.sampling.draw import pick_by_running_sum, uniform_double, unnormalized_probs
+from muser.sampling.draw import pick_from_running, running_sums, uniform_double, unnormalized_probs
 from muser.sampling.mt19937 import Mt19937, Mt19937State
 
 __all__ = ["Greedy", "Distribution"]
@@ -58,8 +58,9 @@ class Distribution(Sampler):
             candidates.selected = 0
             return
         weights = unnormalized_probs(candidates.logits)
-        candidates.selected = pick_by_running_sum(weights, uniform_double(self._rng))
-        candidates.probs = (weights / np.cumsum(weights, dtype=np.float64)[-1]).astype(np.float32)
+        running = running_sums(weights)
+        candidates.selected = pick_from_running(running, uniform_double(self._rng))
+        candidates.probs = (weights / running[-1]).astype(np.float32)
 
     def reset(self) -> None:
         self._rng.seed(self.seed)

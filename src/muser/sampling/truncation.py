@@ -127,9 +127,10 @@ class Typical(Sampler):
     """Locally typical sampling: keeps the tokens whose surprise is closest to the
     entropy until their cumulative probability exceeds ``p``. ``p >= 1`` disables.
 
-    The survivors are ordered by closeness (unsorted) and keep the probabilities
-    of the full softmax. Deviation from llama.cpp: a zero probability counts
-    0 * log 0 = 0 in the entropy (llama.cpp would get NaN).
+    The survivors are ordered by closeness (unsorted; equally close tokens by
+    position) and keep the probabilities of the full softmax. Deviation from
+    llama.cpp: a zero probability counts 0 * log 0 = 0 in the entropy (llama.cpp
+    would get NaN).
     """
 
     name = "typical"
@@ -141,19 +142,24 @@ class Typical(Sampler):
     def apply(self, candidates: Candidates) -> None:
         if self.p >= 1.0:
             return
-        probs = candidates.softmax(sort=True)
+        probs = candidates.softmax(sort=False)
         with np.errstate(divide="ignore", invalid="ignore"):
             neg_log = -np.log(probs)
             entropy = np.float32(np.sum(np.where(probs > 0, probs * neg_log, 0.0), dtype=np.float32))
-            shifted = np.abs(neg_log - entropy)
-        order = np.argsort(shifted, kind="stable")
-        running = np.cumsum(probs[order], dtype=np.float32)
-        ok = running > self.p
-        if self.min_keep > 1:
-            ok[: self.min_keep - 1] = False
-        hit = int(np.argmax(ok))
-        last = hit + 1 if ok[hit] else len(order)
-        candidates.take(order[:last], sorted=False)
+            closeness = -np.abs(neg_log - entropy)  # higher = more typical; -inf for p = 0
+        n = len(candidates)
+        width = 256 if n > 1024 else n
+        while True:  # only the most typical tokens need ordering
+            order = top_positions(closeness, width)
+            running = np.cumsum(probs[order], dtype=np.float32)
+            ok = running > self.p
+            if self.min_keep > 1:
+                ok[: self.min_keep - 1] = False
+            hit = int(np.argmax(ok))
+            if ok[hit] or width >= n:
+                candidates.take(order[: hit + 1 if ok[hit] else n], sorted=False)
+                return
+            width = min(width * 16, n)
 
     def _describe(self) -> dict[str, Any]:
         return {"p": float(self.p), "min_keep": self.min_keep}
