@@ -146,10 +146,10 @@ class SamplerChain:
         try:
             for sampler, state in zip(self.samplers, snapshot.states):
                 sampler.restore(state)
-        except ValueError:
+        except (ValueError, TypeError) as error:
             for sampler, state in zip(self.samplers, backup.states):
                 sampler.restore(state)
-            raise
+            raise ValueError(f"snapshot does not fit this chain: {error}") from error
 
     @property
     def names(self) -> tuple[str, ...]:
