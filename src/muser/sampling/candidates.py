@@ -40,15 +40,22 @@ def top_positions(logits: np.ndarray, k: int) -> np.ndarray:
 
     Exact for any input. On large arrays a threshold is first estimated from a
     strided sample (cheap), every logit at or above it is collected, and only
-    those are sorted. Otherwise, or if the estimate fails, an exact selection
-    is used; masked (-inf) logits are set aside first because a partition over
-    a few values and masses of ties is pathologically slow.
+    those are sorted. Otherwise, or if the estimate fails, an exact partition
+    is used. Masked (-inf) logits are set aside first: a partition over a few
+    values amid masses of ties is pathologically slow.
     """
     n = logits.shape[0]
     if k >= n:
         return _sorted_desc(logits, np.arange(n))
     if k <= 0:
         return np.empty(0, dtype=np.intp)
+    finite = logits > -np.inf
+    n_finite = int(np.count_nonzero(finite))
+    if n_finite < n:  # masked logits: select among the finite ones, pad with -inf by position
+        kept = np.flatnonzero(finite)
+        if n_finite <= k:
+            return np.concatenate([_sorted_desc(logits, kept), np.flatnonzero(~finite)[: k - n_finite]])
+        return kept[top_positions(logits[kept], k)]
     bound = 64 * k + 4096
     if n >= _SAMPLED_TOP_MIN_SIZE and k * _SAMPLE_STRIDE * 4 <= n:
         sample = logits[::_SAMPLE_STRIDE]
@@ -67,13 +74,6 @@ def top_positions(logits: np.ndarray, k: int) -> np.ndarray:
             if greater.shape[0] <= bound:
                 return _sorted_desc(logits, greater)[:k]
             break
-    finite = logits > -np.inf
-    n_finite = int(np.count_nonzero(finite))
-    if n_finite < n:
-        kept = np.flatnonzero(finite)
-        if n_finite <= k:
-            return np.concatenate([_sorted_desc(logits, kept), np.flatnonzero(~finite)[: k - n_finite]])
-        return kept[top_positions(logits[kept], k)]
     kth = np.partition(logits, n - k)[n - k]  # the k-th largest value
     return _with_ties(logits, np.flatnonzero(logits > kth), kth, k)
 
