@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import struct
@@ -13,9 +14,8 @@ import pytest
 from muser.sampling import Mt19937
 from muser.sampling import draw
 
-GOLDENS = json.loads(
-    (Path(__file__).resolve().parents[2] / "fixtures" / "stdlib_random" / "std_random_goldens.json").read_text()
-)
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "stdlib_random"
+GOLDENS = json.loads((GOLDEN_DIR / "std_random_goldens.json").read_text())
 
 
 def double_bits(value: float) -> int:
@@ -110,3 +110,13 @@ def test_pick_discrete_forces_the_last_running_sum_to_one():
     assert draw.pick_discrete(weights, math.nextafter(1.0, 0.0)) == 3
     assert draw.pick_discrete(weights, 0.0) == 0
     assert draw.pick_discrete(np.array([5.0]), 0.9) == 0
+
+
+def test_goldens_still_match_this_machines_libstdcxx():
+    # the project builds C++ anyway, so g++ and libstdc++ are there
+    spec = importlib.util.spec_from_file_location("make_goldens", GOLDEN_DIR / "make_std_random_goldens.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fresh = module.build_goldens()
+    for kind in ("mt", "canon_d", "canon_f", "uni_d", "uni_f", "discrete", "dist_rule"):
+        assert fresh[kind] == GOLDENS[kind], kind
