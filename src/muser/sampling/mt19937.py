@@ -68,31 +68,40 @@ class Mt19937:
     ``std::mt19937`` constructed with the same seed (e.g. the 10,000th output for
     seed 5489 is 4123659995, the value the C++ standard requires).
 
+    Seeding is deferred to the first use: a stream that never draws (say, XTC
+    switched off) costs nothing.
+
     Thread safety: an instance is mutable and not synchronized; give each
     request (each sampler feature) its own stream.
     Failure: a seed outside [0, 2**32 - 1] raises ``ValueError``.
     """
 
-    __slots__ = ("_bitgen",)
+    __slots__ = ("_bitgen", "_pending_seed")
 
     def __init__(self, seed: int = DEFAULT_SEED) -> None:
         self._bitgen = np.random.MT19937(0)
+        self._pending_seed: int | None = None
         self.seed(seed)
 
     def seed(self, seed: int) -> None:
         """Restart the stream as ``std::mt19937::seed(seed)`` does."""
-        value = _check_seed(seed)
-        self._set_key(_seeded_key(value), _N)
+        self._pending_seed = _check_seed(seed)
+
+    def _generator(self) -> np.random.MT19937:
+        if self._pending_seed is not None:
+            self._set_key(_seeded_key(self._pending_seed), _N)
+            self._pending_seed = None
+        return self._bitgen
 
     def next_u32(self) -> int:
         """The next 32-bit output, as a Python int in [0, 2**32)."""
-        return int(self._bitgen.random_raw())
+        return int(self._generator().random_raw())
 
     def next_u32_array(self, count: int) -> np.ndarray:
         """The next ``count`` outputs as a uint32 array (same as ``count`` calls of ``next_u32``)."""
         if count < 0:
             raise ValueError(f"count must be >= 0, got {count}")
-        return self._bitgen.random_raw(count).astype(np.uint32)
+        return self._generator().random_raw(count).astype(np.uint32)
 
     def discard(self, count: int) -> None:
         """Skip ``count`` outputs, as ``std::mt19937::discard``."""
@@ -101,12 +110,12 @@ class Mt19937:
         remaining = count
         while remaining > 0:
             step = min(remaining, 1 << 20)
-            self._bitgen.random_raw(step, output=False)
+            self._generator().random_raw(step, output=False)
             remaining -= step
 
     def getstate(self) -> Mt19937State:
         """An immutable snapshot; ``setstate`` of it resumes the exact same outputs."""
-        state = self._bitgen.state["state"]
+        state = self._generator().state["state"]
         key = np.asarray(state["key"], dtype=np.uint32).astype("<u4").tobytes()
         return Mt19937State(key=key, pos=int(state["pos"]))
 
@@ -115,13 +124,16 @@ class Mt19937:
         if not isinstance(state, Mt19937State):
             raise TypeError(f"expected Mt19937State, got {type(state).__name__}")
         key = np.frombuffer(state.key, dtype="<u4").astype(np.uint32)
+        self._pending_seed = None
         self._set_key(key, state.pos)
 
     def clone(self) -> "Mt19937":
         """An independent stream at the same position."""
         twin = Mt19937.__new__(Mt19937)
         twin._bitgen = np.random.MT19937(0)
-        twin._bitgen.state = self._bitgen.state
+        twin._pending_seed = self._pending_seed
+        if self._pending_seed is None:
+            twin._bitgen.state = self._bitgen.state
         return twin
 
     def _set_key(self, key: np.ndarray, pos: int) -> None:
@@ -131,4 +143,6 @@ class Mt19937:
         }
 
     def __repr__(self) -> str:
+        if self._pending_seed is not None:
+            return f"Mt19937(seed={self._pending_seed})"
         return f"Mt19937(pos={self._bitgen.state['state']['pos']})"

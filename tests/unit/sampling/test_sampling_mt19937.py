@@ -108,3 +108,8 @@ def test_outputs_are_uniform_32_bit_words():
     assert words.min() >= 0 and words.max() < 2**32
     # mean of U[0, 2^32) is 2^31; the standard error here is about 0.13% of it
     assert abs(words.mean() / 2**31 - 1) < 0.01
+
+
+def test_clone_before_the_first_draw_starts_from_the_seed():
+    twin = Mt19937(77).clone()
+    assert [twin.next_u32() for _ in range(3)] == [Mt19937(77).next_u32_array(3)[i] for i in range(3)]
