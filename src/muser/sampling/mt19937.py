@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from muser.errors import InternalError
+
 __all__ = ["Mt19937", "Mt19937State", "DEFAULT_SEED"]
 
 _N = 624  # state words of mt19937
@@ -79,7 +81,7 @@ class Mt19937:
     __slots__ = ("_bitgen", "_pending_seed")
 
     def __init__(self, seed: int = DEFAULT_SEED) -> None:
-        self._bitgen = np.random.MT19937(0)
+        self._bitgen: np.random.MT19937 | None = None  # made on first use
         self._pending_seed: int | None = None
         self.seed(seed)
 
@@ -91,6 +93,8 @@ class Mt19937:
         if self._pending_seed is not None:
             self._set_key(_seeded_key(self._pending_seed), _N)
             self._pending_seed = None
+        if self._bitgen is None:  # seed() or setstate() always ran first
+            raise InternalError("Mt19937 used before it was seeded")
         return self._bitgen
 
     def next_u32(self) -> int:
@@ -115,9 +119,8 @@ class Mt19937:
 
     def getstate(self) -> Mt19937State:
         """An immutable snapshot; ``setstate`` of it resumes the exact same outputs."""
-        state = self._generator().state["state"]
-        key = np.asarray(state["key"], dtype=np.uint32).astype("<u4").tobytes()
-        return Mt19937State(key=key, pos=int(state["pos"]))
+        key, pos = self._key_and_pos()
+        return Mt19937State(key=key.astype("<u4").tobytes(), pos=pos)
 
     def setstate(self, state: Mt19937State) -> None:
         """Resume from a snapshot taken by ``getstate`` (of any Mt19937)."""
@@ -130,13 +133,19 @@ class Mt19937:
     def clone(self) -> "Mt19937":
         """An independent stream at the same position."""
         twin = Mt19937.__new__(Mt19937)
-        twin._bitgen = np.random.MT19937(0)
+        twin._bitgen = None
         twin._pending_seed = self._pending_seed
         if self._pending_seed is None:
-            twin._bitgen.state = self._bitgen.state
+            twin._set_key(*self._key_and_pos())
         return twin
 
+    def _key_and_pos(self) -> tuple[np.ndarray, int]:
+        state = self._generator().state["state"]
+        return np.asarray(state["key"], dtype=np.uint32), int(state["pos"])
+
     def _set_key(self, key: np.ndarray, pos: int) -> None:
+        if self._bitgen is None:
+            self._bitgen = np.random.MT19937(0)  # its own seeding is overwritten right away
         self._bitgen.state = {
             "bit_generator": "MT19937",
             "state": {"key": key, "pos": pos},
@@ -145,4 +154,4 @@ class Mt19937:
     def __repr__(self) -> str:
         if self._pending_seed is not None:
             return f"Mt19937(seed={self._pending_seed})"
-        return f"Mt19937(pos={self._bitgen.state['state']['pos']})"
+        return f"Mt19937(pos={self._key_and_pos()[1]})"
