@@ -21,6 +21,9 @@ from muser import _core  # noqa: F401  (fail early if the extension is missing)
 from muser.engine import Engine, Session, SessionSnapshot
 from muser.pool import CancelToken, Lease, Slot, SlotPool
 from muser import models
+from muser import sampling
+from muser.sampling.params import SamplingParams
+from muser.types import GenerationChunk
 
 __version__ = "0.1.0"
 
@@ -33,6 +36,9 @@ __all__ = [
     "Slot",
     "SlotPool",
     "models",
+    "sampling",
+    "SamplingParams",
+    "GenerationChunk",
     "Cancelled",
     "ContextOverflow",
     "FetchError",
