@@ -1,0 +1,429 @@
+"""The recognizer's state space: Earley columns interned into a lazily built byte automaton.
+
+How it works
+------------
+An Earley item is `(pd, origin)`: `pd` numbers a production with a dot position
+(advancing the dot is `pd + 1`), `origin` says where the production started.
+Instead of pointing at absolute input positions, an origin names an interned
+*context*: the set of items that were waiting on a nonterminal in the column
+where the production started (their own origins being contexts again). Two
+columns with the same waiting items behave identically for every later
+completion, so they are merged. A recognizer state is then identified by its
+*kernel* (the items produced by the last scan); its closure (predict/complete)
+is computed once per distinct kernel and kept.
+
+Because states are interned, transitions can be memoized: `trans[state, byte]`
+is the next state (0 = dead), computed one whole row at a time on first use.
+The token-mask walk (token_mask.py) reads this table with NumPy over the whole
+vocabulary trie; the check-only path is a few table reads per token.
+
+Bytes, not code points, drive the table. Between the lead byte and the last
+continuation byte of a multi-byte UTF-8 sequence the state is a *partial* state
+carrying the range of code points still possible ([lo, hi]) and how many bytes
+remain; a prefix that no terminal can complete is dead at once, and overlong
+forms, surrogates and values above U+10FFFF are rejected. When every code point
+of a partial state's range moves the grammar the same way, the partial state
+only counts the remaining bytes ("resolved"), so, e.g., all 3-byte characters
+inside a JSON string share a handful of states.
+
+Memory is bounded by the number of distinct states: for grammars written with
+repetition operators (`*`, `+`, `{m,n}`) a long output revisits the same states.
+Right recursion written by hand (`list ::= item list | item`) creates a new
+context per repetition, as in any Earley recognizer without Leo's optimization.
+
+Thread safety: the tables are a cache owned by one `Grammar` and shared by every
+state made from it. Reads take no lock; filling a row, interning a state or
+growing the table happens under `self._lock`, and a grown table is published
+only after it holds every row, so a reader that holds an older table and sees
+`UNKNOWN` simply asks again under the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from muser.grammar.charset import CharSet
+from muser.grammar.flat_rules import CHAR, NONTERMINAL, TOKEN, FlatGrammar
+
+DEAD = 0
+UNKNOWN = -1
+
+_COMPLETE = 3  # pd kind: the dot is at the end of the production
+_SELF = -1  # item origin: "this very column" (only inside one closure or context key)
+
+# A token-terminal matcher: token terminal index -> does this token id match it?
+TokenMatcher = Callable[[int, int], bool]
+
+
+@dataclass(frozen=True)
+class KernelState:
+    """A state between whole code points: the Earley column after a scan."""
+
+    kernel: frozenset
+    # (charset, advanced pd, resolved origin) for every item expecting a character
+    scan: tuple[tuple[CharSet, int, int], ...]
+    # (token terminal index, advanced pd, resolved origin) for token-terminal items
+    tokens: tuple[tuple[int, int, int], ...]
+    can_end: bool
+
+
+@dataclass(frozen=True)
+class ExactPartialState:
+    """Inside a UTF-8 sequence whose code point still decides what matches."""
+
+    base: int  # the KernelState id the sequence started from
+    lo: int
+    hi: int
+    remaining: int  # continuation bytes still expected
+
+
+@dataclass(frozen=True)
+class ResolvedPartialState:
+    """Inside a UTF-8 sequence whose outcome is already known: `target` after `remaining` bytes."""
+
+    target: int
+    remaining: int
+
+
+State = Optional[object]  # KernelState | ExactPartialState | ResolvedPartialState | None (dead)
+
+# UTF-8 lead byte -> (continuation bytes, payload mask, smallest code point of that length)
+_LEAD = {}
+for _b in range(0xC2, 0xE0):
+    _LEAD[_b] = (1, 0x1F, 0x80)
+for _b in range(0xE0, 0xF0):
+    _LEAD[_b] = (2, 0x0F, 0x800)
+for _b in range(0xF0, 0xF5):
+    _LEAD[_b] = (3, 0x07, 0x10000)
+
+
+def _clamp_valid(lo: int, hi: int) -> tuple[int, int]:
+    """Cut surrogates and values above U+10FFFF out of an aligned code point range."""
+    hi = min(hi, 0x10FFFF)
+    if lo <= 0xDFFF and hi >= 0xD800:
+        # an aligned UTF-8 prefix range touching the surrogates either lies inside
+        # them (empty result) or is ED's D000-DFFF block (keep D000-D7FF)
+        if lo >= 0xD800:
+            lo = max(lo, 0xE000)
+        else:
+            hi = 0xD7FF
+    return lo, hi
+
+
+class Automaton:
+    """Interned recognizer states and their memoized byte transitions for one grammar."""
+
+    def __init__(self, flat: FlatGrammar):
+        self.flat = flat
+        kinds: list[int] = []
+        syms: list[int] = []
+        lhss: list[int] = []
+        first_pds: list[list[int]] = [[] for _ in flat.names]
+        for lhs, rhs in flat.productions:
+            first_pds[lhs].append(len(kinds))
+            for kind, idx in rhs:
+                kinds.append(kind)
+                syms.append(idx)
+                lhss.append(lhs)
+            kinds.append(_COMPLETE)
+            syms.append(-1)
+            lhss.append(lhs)
+        self._pd_kind = kinds
+        self._pd_sym = syms
+        self._pd_lhs = lhss
+        self._first = [tuple(x) for x in first_pds]
+        self._nullable = self._compute_nullable()
+        self._charsets = flat.charsets
+
+        self._lock = threading.Lock()
+        self._states: list[State] = [None]
+        self._kernel_ids: dict[frozenset, int] = {}
+        self._partial_ids: dict[object, int] = {}
+        self._ctx_ids: dict[frozenset, int] = {}
+        self._ctxs: list[dict[int, tuple[tuple[int, int], ...]]] = []
+        self._filled: list[bool] = [True]
+        trans = np.full((256, 256), UNKNOWN, dtype=np.int32)
+        trans[DEAD] = DEAD
+        self._trans = trans
+        with self._lock:
+            self.initial = self._intern_kernel(frozenset({(self._first[flat.start][0], _SELF)}))
+
+    # ------------------------------------------------------------ public reads
+
+    @property
+    def table(self) -> np.ndarray:
+        """The transition table `(capacity, 256) int32`; rows of unfilled states hold UNKNOWN."""
+        return self._trans
+
+    @property
+    def state_count(self) -> int:
+        return len(self._states)
+
+    def state(self, sid: int) -> State:
+        return self._states[sid]
+
+    def can_end(self, sid: int) -> bool:
+        st = self._states[sid]
+        return isinstance(st, KernelState) and st.can_end
+
+    def row(self, sid: int) -> np.ndarray:
+        """All 256 transitions of `sid` (filled on first use)."""
+        trans = self._trans
+        if sid < trans.shape[0] and self._filled[sid]:
+            return trans[sid]
+        return self.fill(sid)
+
+    def step(self, sid: int, byte: int) -> int:
+        trans = self._trans
+        nxt = int(trans[sid, byte]) if sid < trans.shape[0] else UNKNOWN
+        if nxt == UNKNOWN:
+            nxt = int(self.fill(sid)[byte])
+        return nxt
+
+    def fill(self, sid: int) -> np.ndarray:
+        """Compute the transition row of `sid` if needed; return it."""
+        with self._lock:
+            if not self._filled[sid]:
+                row = self._compute_row(sid)
+                self._trans[sid] = row  # after any growth done while computing
+                self._filled[sid] = True
+            return self._trans[sid]
+
+    def fill_many(self, sids) -> None:
+        """Fill the rows of several states (the mask walk's cache misses) under one lock."""
+        with self._lock:
+            for sid in sids:
+                sid = int(sid)
+                if not self._filled[sid]:
+                    row = self._compute_row(sid)
+                    self._trans[sid] = row
+                    self._filled[sid] = True
+
+    def token_step(self, sid: int, token_id: int, matches: TokenMatcher) -> int:
+        """The state after a whole token consumed by token terminals (`<[id]>`, `!<[id]>`)."""
+        st = self._states[sid]
+        if not isinstance(st, KernelState) or not st.tokens:
+            return DEAD
+        kernel = frozenset((pd, org) for term, pd, org in st.tokens if matches(term, token_id))
+        if not kernel:
+            return DEAD
+        with self._lock:
+            return self._intern_kernel(kernel)
+
+    def union(self, a: int, b: int) -> int:
+        """The state whose column holds the items of both `a` and `b` (both whole-character states)."""
+        sa, sb = self._states[a], self._states[b]
+        if not isinstance(sa, KernelState) or not isinstance(sb, KernelState):
+            raise ValueError("only whole-character states can be merged")
+        with self._lock:
+            return self._intern_kernel(sa.kernel | sb.kernel)
+
+    # ------------------------------------------------------------ construction
+
+    def _compute_nullable(self) -> list[bool]:
+        nullable = [False] * len(self.flat.names)
+        changed = True
+        while changed:
+            changed = False
+            for lhs, rhs in self.flat.productions:
+                if nullable[lhs]:
+                    continue
+                if all(kind == NONTERMINAL and nullable[idx] for kind, idx in rhs):
+                    nullable[lhs] = True
+                    changed = True
+        return nullable
+
+    def _new_state(self, st: State) -> int:
+        sid = len(self._states)
+        self._states.append(st)
+        self._filled.append(False)
+        trans = self._trans
+        if sid >= trans.shape[0]:
+            grown = np.full((trans.shape[0] * 2, 256), UNKNOWN, dtype=np.int32)
+            grown[: trans.shape[0]] = trans
+            self._trans = grown  # published complete: old readers just see UNKNOWN
+        return sid
+
+    def _intern_kernel(self, kernel: frozenset) -> int:
+        sid = self._kernel_ids.get(kernel)
+        if sid is None:
+            st = self._close(kernel)
+            sid = DEAD if st is None else self._new_state(st)
+            self._kernel_ids[kernel] = sid
+        return sid
+
+    def _close(self, kernel: frozenset) -> KernelState | None:
+        """Earley predict/complete to a fixpoint; None if nothing can follow and it cannot end."""
+        kinds, syms, lhss = self._pd_kind, self._pd_sym, self._pd_lhs
+        nullable, first, ctxs = self._nullable, self._first, self._ctxs
+        seen = set(kernel)
+        stack = list(kernel)
+        waiting: dict[int, list[tuple[int, int]]] = {}
+        completed_here: set[int] = set()
+        predicted: set[int] = set()
+        scan: list[tuple[int, int]] = []
+        tokens: list[tuple[int, int]] = []
+        can_end = False
+        push = stack.append
+        while stack:
+            item = stack.pop()
+            pd, org = item
+            kind = kinds[pd]
+            if kind == NONTERMINAL:
+                nt = syms[pd]
+                lst = waiting.get(nt)
+                if lst is None:
+                    waiting[nt] = [item]
+                else:
+                    lst.append(item)
+                if nullable[nt] or nt in completed_here:
+                    nxt = (pd + 1, org)
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        push(nxt)
+                if nt not in predicted:
+                    predicted.add(nt)
+                    for f in first[nt]:
+                        nxt = (f, _SELF)
+                        if nxt not in seen:
+                            seen.add(nxt)
+                            push(nxt)
+            elif kind == _COMPLETE:
+                nt = lhss[pd]
+                if nt == 0:
+                    can_end = True  # START completed: the whole input derives root
+                    continue
+                if org == _SELF:
+                    if nt in completed_here:
+                        continue
+                    completed_here.add(nt)
+                    waiters = tuple(waiting.get(nt, ()))
+                else:
+                    waiters = ctxs[org].get(nt, ())
+                for wpd, worg in waiters:
+                    nxt = (wpd + 1, worg)
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        push(nxt)
+            elif kind == CHAR:
+                scan.append(item)
+            else:
+                tokens.append(item)
+        if not scan and not tokens and not can_end:
+            return None
+        cid = _SELF
+        if any(org == _SELF for _, org in scan) or any(org == _SELF for _, org in tokens):
+            cid = self._intern_ctx(waiting)
+        charsets = self._charsets
+        return KernelState(
+            kernel=kernel,
+            scan=tuple(
+                (charsets[syms[pd]], pd + 1, cid if org == _SELF else org) for pd, org in scan
+            ),
+            tokens=tuple((syms[pd], pd + 1, cid if org == _SELF else org) for pd, org in tokens),
+            can_end=can_end,
+        )
+
+    def _intern_ctx(self, waiting: dict[int, list[tuple[int, int]]]) -> int:
+        key = frozenset(item for items in waiting.values() for item in items)
+        cid = self._ctx_ids.get(key)
+        if cid is None:
+            cid = len(self._ctxs)
+            self._ctx_ids[key] = cid
+            self._ctxs.append(
+                {
+                    nt: tuple((pd, cid if org == _SELF else org) for pd, org in items)
+                    for nt, items in waiting.items()
+                }
+            )
+        return cid
+
+    # ------------------------------------------------------------ transitions
+
+    def _scan(self, st: KernelState, cp: int) -> int:
+        kernel = frozenset((pd, org) for cs, pd, org in st.scan if cp in cs)
+        return self._intern_kernel(kernel) if kernel else DEAD
+
+    def _compute_row(self, sid: int) -> np.ndarray:
+        st = self._states[sid]
+        row = np.zeros(256, dtype=np.int32)
+        if isinstance(st, KernelState):
+            self._kernel_row(st, sid, row)
+        elif isinstance(st, ResolvedPartialState):
+            nxt = st.target if st.remaining == 1 else self._intern_partial_resolved(st.target, st.remaining - 1)
+            row[0x80:0xC0] = nxt
+        elif isinstance(st, ExactPartialState):
+            base = self._states[st.base]
+            shift = 6 * (st.remaining - 1)
+            value = st.lo >> (6 * st.remaining)
+            for byte in range(0x80, 0xC0):
+                v = (value << 6) | (byte & 0x3F)
+                lo = max(v << shift, st.lo)
+                hi = min(((v + 1) << shift) - 1, st.hi)
+                if lo > hi:
+                    continue
+                if st.remaining == 1:
+                    row[byte] = self._scan(base, lo)
+                else:
+                    row[byte] = self._make_partial(st.base, base, lo, hi, st.remaining - 1)
+        return row
+
+    def _kernel_row(self, st: KernelState, sid: int, row: np.ndarray) -> None:
+        if not st.scan:
+            return
+        # ASCII: bytes with the same set of matching items share one successor
+        by_match: dict[int, list[int]] = {}
+        bits = [cs.ascii_bits for cs, _, _ in st.scan]
+        for byte in range(128):
+            key = 0
+            for i, b in enumerate(bits):
+                if (b >> byte) & 1:
+                    key |= 1 << i
+            if key:
+                by_match.setdefault(key, []).append(byte)
+        for key, byte_list in by_match.items():
+            kernel = frozenset(
+                (pd, org) for i, (_, pd, org) in enumerate(st.scan) if (key >> i) & 1
+            )
+            nxt = self._intern_kernel(kernel)
+            row[byte_list] = nxt
+        # lead bytes of multi-byte sequences
+        for byte, (remaining, payload, smallest) in _LEAD.items():
+            value = byte & payload
+            lo = max(value << (6 * remaining), smallest)
+            hi = ((value + 1) << (6 * remaining)) - 1
+            lo, hi = _clamp_valid(lo, hi)
+            if lo <= hi:
+                row[byte] = self._make_partial(sid, st, lo, hi, remaining)
+
+    def _make_partial(self, base_id: int, base: KernelState, lo: int, hi: int, remaining: int) -> int:
+        overlaps = [cs.overlap(lo, hi) for cs, _, _ in base.scan]
+        if not any(overlaps):
+            return DEAD
+        full_block = hi - lo + 1 == 1 << (6 * remaining)
+        if full_block and 1 not in overlaps:
+            kernel = frozenset(
+                (pd, org) for o, (_, pd, org) in zip(overlaps, base.scan) if o == 2
+            )
+            target = self._intern_kernel(kernel)
+            if target == DEAD:
+                return DEAD
+            return self._intern_partial_resolved(target, remaining)
+        key = ("exact", base_id, lo, hi, remaining)
+        pid = self._partial_ids.get(key)
+        if pid is None:
+            pid = self._new_state(ExactPartialState(base_id, lo, hi, remaining))
+            self._partial_ids[key] = pid
+        return pid
+
+    def _intern_partial_resolved(self, target: int, remaining: int) -> int:
+        key = ("resolved", target, remaining)
+        pid = self._partial_ids.get(key)
+        if pid is None:
+            pid = self._new_state(ResolvedPartialState(target, remaining))
+            self._partial_ids[key] = pid
+        return pid
