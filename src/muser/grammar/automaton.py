@@ -41,6 +41,7 @@ only after it holds every row, so a reader that holds an older table and sees
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -51,6 +52,9 @@ from muser.grammar.flat_rules import CHAR, NONTERMINAL, TOKEN, FlatGrammar
 
 DEAD = 0
 UNKNOWN = -1
+
+# Token masks (one bool per vocabulary entry) kept per automaton, across generations.
+MASK_CACHE_BYTES = 64 << 20
 
 _COMPLETE = 3  # pd kind: the dot is at the end of the production
 _SELF = -1  # item origin: "this very column" (only inside one closure or context key)
@@ -64,8 +68,8 @@ class KernelState:
     """A state between whole code points: the Earley column after a scan."""
 
     kernel: frozenset
-    # (charset, advanced pd, resolved origin) for every item expecting a character
-    scan: tuple[tuple[CharSet, int, int], ...]
+    # (charset index, advanced pd, resolved origin) for every item expecting a character
+    scan: tuple[tuple[int, int, int], ...]
     # (token terminal index, advanced pd, resolved origin) for token-terminal items
     tokens: tuple[tuple[int, int, int], ...]
     can_end: bool
@@ -114,6 +118,71 @@ def _clamp_valid(lo: int, hi: int) -> tuple[int, int]:
     return lo, hi
 
 
+_PARTIAL_DEAD = 0
+_PARTIAL_RESOLVED = 1
+_PARTIAL_EXACT = 2
+
+
+class _ScanPlan:
+    """For a tuple of character sets: which bytes select which of them.
+
+    `ascii_groups`: (bitmask of matching sets, bytes) for ASCII bytes matching any.
+    `leads`: (lead byte, bitmask or 0, lo, hi, continuation bytes) for every UTF-8
+    lead byte some set can continue; a nonzero bitmask means every code point the
+    sequence can still become matches exactly those sets ("resolved"), 0 means the
+    code point decides ("exact").
+    """
+
+    __slots__ = ("charsets", "ascii_groups", "leads", "_classified")
+
+    def __init__(self, charsets: list[CharSet]):
+        self.charsets = charsets
+        self._classified: dict[tuple[int, int, int], tuple[int, int]] = {}
+
+    @classmethod
+    def build(cls, charsets: list[CharSet]) -> "_ScanPlan":
+        plan = cls(charsets)
+        groups: dict[int, list[int]] = {}
+        bits = [cs.ascii_bits for cs in charsets]
+        for byte in range(128):
+            match = 0
+            for i, b in enumerate(bits):
+                if (b >> byte) & 1:
+                    match |= 1 << i
+            if match:
+                groups.setdefault(match, []).append(byte)
+        plan.ascii_groups = tuple((m, list(b)) for m, b in groups.items())
+        leads = []
+        for byte, (remaining, payload, smallest) in _LEAD.items():
+            value = byte & payload
+            lo = max(value << (6 * remaining), smallest)
+            hi = ((value + 1) << (6 * remaining)) - 1
+            lo, hi = _clamp_valid(lo, hi)
+            if lo > hi:
+                continue
+            kind, match = plan.classify(lo, hi, remaining)
+            if kind != _PARTIAL_DEAD:
+                leads.append((byte, match if kind == _PARTIAL_RESOLVED else 0, lo, hi, remaining))
+        plan.leads = tuple(leads)
+        return plan
+
+    def classify(self, lo: int, hi: int, remaining: int) -> tuple[int, int]:
+        """(kind, bitmask) for a partial sequence whose code point lies in [lo, hi]."""
+        key = (lo, hi, remaining)
+        hit = self._classified.get(key)
+        if hit is not None:
+            return hit
+        overlaps = [cs.overlap(lo, hi) for cs in self.charsets]
+        if not any(overlaps):
+            out = (_PARTIAL_DEAD, 0)
+        elif hi - lo + 1 == 1 << (6 * remaining) and 1 not in overlaps:
+            out = (_PARTIAL_RESOLVED, sum(1 << i for i, o in enumerate(overlaps) if o == 2))
+        else:
+            out = (_PARTIAL_EXACT, 0)
+        self._classified[key] = out
+        return out
+
+
 class Automaton:
     """Interned recognizer states and their memoized byte transitions for one grammar."""
 
@@ -140,17 +209,42 @@ class Automaton:
         self._charsets = flat.charsets
 
         self._lock = threading.Lock()
+        self._mask_lock = threading.Lock()
+        self._masks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._mask_bytes = 0
         self._states: list[State] = [None]
         self._kernel_ids: dict[frozenset, int] = {}
         self._partial_ids: dict[object, int] = {}
         self._ctx_ids: dict[frozenset, int] = {}
         self._ctxs: list[dict[int, tuple[tuple[int, int], ...]]] = []
+        self._plans: dict[tuple[int, ...], _ScanPlan] = {}
         self._filled: list[bool] = [True]
         trans = np.full((256, 256), UNKNOWN, dtype=np.int32)
         trans[DEAD] = DEAD
         self._trans = trans
         with self._lock:
             self.initial = self._intern_kernel(frozenset({(self._first[flat.start][0], _SELF)}))
+
+    # ------------------------------------------------------------ mask cache
+
+    def cached_mask(self, key: tuple[int, int]) -> np.ndarray | None:
+        """A token mask stored by `store_mask` (key: (trie serial, state id)), or None."""
+        with self._mask_lock:
+            mask = self._masks.get(key)
+            if mask is not None:
+                self._masks.move_to_end(key)
+            return mask
+
+    def store_mask(self, key: tuple[int, int], mask: np.ndarray) -> None:
+        """Keep `mask` (read-only) for `key`; least recently used masks go past the byte budget."""
+        with self._mask_lock:
+            if key in self._masks:
+                return
+            self._masks[key] = mask
+            self._mask_bytes += mask.nbytes
+            while self._mask_bytes > MASK_CACHE_BYTES and len(self._masks) > 1:
+                _, old = self._masks.popitem(last=False)
+                self._mask_bytes -= old.nbytes
 
     # ------------------------------------------------------------ public reads
 
@@ -318,12 +412,9 @@ class Automaton:
         cid = _SELF
         if any(org == _SELF for _, org in scan) or any(org == _SELF for _, org in tokens):
             cid = self._intern_ctx(waiting)
-        charsets = self._charsets
         return KernelState(
             kernel=kernel,
-            scan=tuple(
-                (charsets[syms[pd]], pd + 1, cid if org == _SELF else org) for pd, org in scan
-            ),
+            scan=tuple((syms[pd], pd + 1, cid if org == _SELF else org) for pd, org in scan),
             tokens=tuple((syms[pd], pd + 1, cid if org == _SELF else org) for pd, org in tokens),
             can_end=can_end,
         )
@@ -345,8 +436,17 @@ class Automaton:
     # ------------------------------------------------------------ transitions
 
     def _scan(self, st: KernelState, cp: int) -> int:
-        kernel = frozenset((pd, org) for cs, pd, org in st.scan if cp in cs)
+        charsets = self._charsets
+        kernel = frozenset((pd, org) for ci, pd, org in st.scan if cp in charsets[ci])
         return self._intern_kernel(kernel) if kernel else DEAD
+
+    def _plan(self, charset_ids: tuple[int, ...]) -> "_ScanPlan":
+        """How each byte splits the items expecting `charset_ids` (cached: depends only on the sets)."""
+        plan = self._plans.get(charset_ids)
+        if plan is None:
+            plan = _ScanPlan.build([self._charsets[ci] for ci in charset_ids])
+            self._plans[charset_ids] = plan
+        return plan
 
     def _compute_row(self, sid: int) -> np.ndarray:
         st = self._states[sid]
@@ -375,44 +475,37 @@ class Automaton:
     def _kernel_row(self, st: KernelState, sid: int, row: np.ndarray) -> None:
         if not st.scan:
             return
-        # ASCII: bytes with the same set of matching items share one successor
-        by_match: dict[int, list[int]] = {}
-        bits = [cs.ascii_bits for cs, _, _ in st.scan]
-        for byte in range(128):
-            key = 0
-            for i, b in enumerate(bits):
-                if (b >> byte) & 1:
-                    key |= 1 << i
-            if key:
-                by_match.setdefault(key, []).append(byte)
-        for key, byte_list in by_match.items():
-            kernel = frozenset(
-                (pd, org) for i, (_, pd, org) in enumerate(st.scan) if (key >> i) & 1
-            )
-            nxt = self._intern_kernel(kernel)
-            row[byte_list] = nxt
-        # lead bytes of multi-byte sequences
-        for byte, (remaining, payload, smallest) in _LEAD.items():
-            value = byte & payload
-            lo = max(value << (6 * remaining), smallest)
-            hi = ((value + 1) << (6 * remaining)) - 1
-            lo, hi = _clamp_valid(lo, hi)
-            if lo <= hi:
-                row[byte] = self._make_partial(sid, st, lo, hi, remaining)
+        plan = self._plan(tuple(ci for ci, _, _ in st.scan))
+        successor: dict[int, int] = {}  # match bitmask -> state
+
+        def after(match: int) -> int:
+            nxt = successor.get(match)
+            if nxt is None:
+                kernel = frozenset((pd, org) for i, (_, pd, org) in enumerate(st.scan) if (match >> i) & 1)
+                nxt = successor[match] = self._intern_kernel(kernel)
+            return nxt
+
+        for match, byte_list in plan.ascii_groups:
+            row[byte_list] = after(match)
+        for byte, match, lo, hi, remaining in plan.leads:
+            if match:
+                target = after(match)
+                row[byte] = DEAD if target == DEAD else self._intern_partial_resolved(target, remaining)
+            else:
+                row[byte] = self._exact_partial(sid, lo, hi, remaining)
 
     def _make_partial(self, base_id: int, base: KernelState, lo: int, hi: int, remaining: int) -> int:
-        overlaps = [cs.overlap(lo, hi) for cs, _, _ in base.scan]
-        if not any(overlaps):
+        plan = self._plan(tuple(ci for ci, _, _ in base.scan))
+        kind, match = plan.classify(lo, hi, remaining)
+        if kind == _PARTIAL_DEAD:
             return DEAD
-        full_block = hi - lo + 1 == 1 << (6 * remaining)
-        if full_block and 1 not in overlaps:
-            kernel = frozenset(
-                (pd, org) for o, (_, pd, org) in zip(overlaps, base.scan) if o == 2
-            )
+        if kind == _PARTIAL_RESOLVED:
+            kernel = frozenset((pd, org) for i, (_, pd, org) in enumerate(base.scan) if (match >> i) & 1)
             target = self._intern_kernel(kernel)
-            if target == DEAD:
-                return DEAD
-            return self._intern_partial_resolved(target, remaining)
+            return DEAD if target == DEAD else self._intern_partial_resolved(target, remaining)
+        return self._exact_partial(base_id, lo, hi, remaining)
+
+    def _exact_partial(self, base_id: int, lo: int, hi: int, remaining: int) -> int:
         key = ("exact", base_id, lo, hi, remaining)
         pid = self._partial_ids.get(key)
         if pid is None:

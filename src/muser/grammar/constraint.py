@@ -146,7 +146,7 @@ class GrammarConstraint:
         if cached is not None:
             self._mask_cache.move_to_end(key)
             return cached
-        mask = allowed_tokens(self.trie, auto, sid)
+        mask = allowed_tokens(self.trie, auto, sid).copy()
         st = auto.state(sid)
         if isinstance(st, KernelState) and st.tokens:
             for term, _, _ in st.tokens:

@@ -305,10 +305,12 @@ class _Converter:
             kv, is_required = slots[i]
             tail = after[i + 1]
             if is_required:
-                after[i] = self.define(f"{hint}-after-{i}", f'"," {space} {kv} {tail}'.strip())
+                if i:
+                    after[i] = self.define(f"{hint}-after-{i}", f'"," {space} {kv} {tail}'.strip())
                 first[i] = f"{kv} {tail}".strip()
             else:
-                after[i] = self.define(f"{hint}-after-{i}", f'("," {space} {kv})? {tail}'.strip())
+                if i:
+                    after[i] = self.define(f"{hint}-after-{i}", f'("," {space} {kv})? {tail}'.strip())
                 first[i] = self.define(f"{hint}-first-{i}", f"{kv} {tail} | {first[i + 1] or chr(34) * 2}".strip())
         body = first[0]
         return self.define(hint, f'"{{" {space} {body} "}}"')

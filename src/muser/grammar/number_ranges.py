@@ -63,14 +63,35 @@ def nonnegative_range(lo: int, hi: int) -> str | None:
     if lo > hi:
         return None
     parts = []
+    full_run: list[int] = []  # digit counts whose whole band [10^(d-1), 10^d - 1] is inside
+
+    def flush() -> None:
+        if full_run:
+            parts.append(_join("[1-9]", _digit_count(full_run[0] - 1, full_run[-1] - 1)))
+            full_run.clear()
+
     for digits in range(len(str(lo)), len(str(hi)) + 1):
         smallest = 0 if digits == 1 else 10 ** (digits - 1)
         largest = 10**digits - 1
         a, b = max(lo, smallest), min(hi, largest)
         if a > b:
             continue
+        if digits > 1 and a == smallest and b == largest:
+            full_run.append(digits)
+            continue
+        flush()
         parts.append(_same_length(str(a), str(b)))
+    flush()
     return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
+
+
+def _digit_count(low: int, high: int) -> str:
+    """[0-9] repeated between low and high times."""
+    if high == 0:
+        return ""
+    if low == high:
+        return _any_digits(low)
+    return f"[0-9]{{{low},{high}}}"
 
 
 def integer_range(lo: int | None, hi: int | None) -> str | None:

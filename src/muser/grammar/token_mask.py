@@ -17,6 +17,7 @@ reads for one token.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 from collections import OrderedDict
 from typing import Sequence
@@ -24,6 +25,9 @@ from typing import Sequence
 import numpy as np
 
 from muser.grammar.automaton import DEAD, UNKNOWN, Automaton
+
+
+_TRIE_SERIALS = itertools.count(1)
 
 
 class TokenTrie:
@@ -36,6 +40,7 @@ class TokenTrie:
     """
 
     def __init__(self, token_bytes: Sequence[bytes]):
+        self.serial = next(_TRIE_SERIALS)  # distinguishes tries in per-state mask caches
         n = len(token_bytes)
         self.n_tokens = n
         self.token_bytes: tuple[bytes, ...] = tuple(bytes(t) for t in token_bytes)
@@ -68,6 +73,7 @@ class TokenTrie:
         token_node[order] = node
         token_node[lens == 0] = -1
         self.token_node = token_node
+        self.tokens_with_node = np.flatnonzero(token_node >= 0)
         self.level_start = level_start
         parent = np.zeros(self.n_nodes, dtype=np.int64)
         node_byte = np.zeros(self.n_nodes, dtype=np.int64)
@@ -84,9 +90,31 @@ class TokenTrie:
             child_start[:] = first_child
         self.child_count = child_count
         self.child_start = child_start
+        # index of each node's parent within the parent's level
+        parent_local = np.zeros(self.n_nodes, dtype=np.int64)
+        for depth in range(max_len):
+            lo, hi = level_start[depth + 1], level_start[depth + 2]
+            parent_local[lo:hi] = parent[lo:hi] - level_start[depth]
+        self.parent_local = parent_local
+        # tokens ending at each node (several tokens may share their bytes)
+        with_node = np.flatnonzero(token_node >= 0)
+        by_node = np.argsort(token_node[with_node], kind="stable")
+        self.node_tokens = with_node[by_node]
+        self.node_token_start = np.searchsorted(token_node[with_node][by_node], np.arange(self.n_nodes + 1))
         self.max_depth = max_len
         self._lookup: dict[bytes, tuple[int, ...]] | None = None
         self._lookup_lock = threading.Lock()
+
+    def tokens_at(self, nodes: np.ndarray) -> np.ndarray:
+        """Ids of the tokens whose bytes end exactly at `nodes`."""
+        starts = self.node_token_start[nodes]
+        counts = self.node_token_start[nodes + 1] - starts
+        total = int(counts.sum())
+        if total == 0:
+            return np.zeros(0, dtype=np.int64)
+        ends = np.cumsum(counts)
+        index = np.repeat(starts - (ends - counts), counts) + np.arange(total)
+        return self.node_tokens[index]
 
     # ---------------------------------------------------------------- cache
 
@@ -166,38 +194,88 @@ def _expand_children(trie: TokenTrie, nodes: np.ndarray) -> tuple[np.ndarray, np
     return children, owner
 
 
+def _lookup(automaton: Automaton, parent_states: np.ndarray, flat_index: np.ndarray) -> np.ndarray:
+    """transition[parent_state, byte] for every entry, filling unknown rows first."""
+    nxt = automaton.table.reshape(-1)[flat_index]
+    unknown = nxt == UNKNOWN
+    if unknown.any():
+        automaton.fill_many(np.unique(parent_states[unknown]))
+        nxt[unknown] = automaton.table.reshape(-1)[flat_index[unknown]]
+    return nxt
+
+
 def allowed_tokens(trie: TokenTrie, automaton: Automaton, sid: int) -> np.ndarray:
     """`(n_tokens,) bool`: tokens whose bytes the recognizer accepts from state `sid`.
 
     Only the byte walk: token-level terminals and end-of-generation are the
     caller's business (GrammarConstraint). A token may end inside a UTF-8
     character; it is allowed when that prefix can still be completed.
+    Results are cached per (trie, state) in the automaton (shared, bounded), so a
+    state seen before costs a dictionary lookup. The returned array is read-only.
     """
-    node_state = np.zeros(trie.n_nodes, dtype=np.int32)
-    node_state[0] = sid
-    nodes = np.zeros(1, dtype=np.int64)
-    states = np.array([sid], dtype=np.int64)
-    node_byte = trie.node_byte
-    for _ in range(trie.max_depth):
-        children, owner = _expand_children(trie, nodes)
-        if len(children) == 0:
+    key = (trie.serial, sid)
+    cached = automaton.cached_mask(key)
+    if cached is not None:
+        return cached
+    mask = _walk(trie, automaton, sid)
+    mask.flags.writeable = False
+    automaton.store_mask(key, mask)
+    return mask
+
+
+def _walk(trie: TokenTrie, automaton: Automaton, sid: int) -> np.ndarray:
+    """The trie walk behind `allowed_tokens`.
+
+    Each trie level costs a few vectorized gathers. A level is processed whole
+    ("dense") when many of its parents are alive (dead parents map to the dead
+    state for free), or only below the live parents ("sparse") when they are few.
+    """
+    level_start = trie.level_start
+    live_nodes = np.zeros(1, dtype=np.int64)  # sparse form of the current level
+    live_states = np.array([sid], dtype=np.int64)
+    dense_states: np.ndarray | None = None  # dense form (one entry per node of the level)
+    node_alive = np.zeros(trie.n_nodes, dtype=bool)
+    n_alive_total = 0
+    n_alive = 1
+    for depth in range(trie.max_depth):
+        if n_alive == 0:
             break
-        parent_states = states[owner]
-        flat_index = parent_states * 256 + node_byte[children]
-        table = automaton.table
-        nxt = table.reshape(-1)[flat_index]
-        unknown = nxt == UNKNOWN
-        if unknown.any():
-            automaton.fill_many(np.unique(parent_states[unknown]))
-            table = automaton.table
-            nxt[unknown] = table.reshape(-1)[flat_index[unknown]]
-        alive = nxt != DEAD
-        nodes = children[alive]
-        states = nxt[alive].astype(np.int64)
-        node_state[nodes] = states
+        prev_start = level_start[depth]
+        start, end = level_start[depth + 1], level_start[depth + 2]
+        if n_alive * 4 < end - start:
+            if dense_states is not None:
+                local = np.flatnonzero(dense_states)
+                live_nodes = local + prev_start
+                live_states = dense_states[local].astype(np.int64)
+                dense_states = None
+            children, owner = _expand_children(trie, live_nodes)
+            if len(children) == 0:
+                break
+            parent_states = live_states[owner]
+            nxt = _lookup(automaton, parent_states, parent_states * 256 + trie.node_byte[children])
+            keep = nxt != DEAD
+            live_nodes = children[keep]
+            live_states = nxt[keep].astype(np.int64)
+            node_alive[live_nodes] = True
+            n_alive = len(live_nodes)
+        else:
+            if dense_states is None:
+                dense_states = np.zeros(start - prev_start, dtype=np.int64)
+                dense_states[live_nodes - prev_start] = live_states
+            parent_states = dense_states[trie.parent_local[start:end]]
+            index = np.left_shift(parent_states, 8)
+            index |= trie.node_byte[start:end]
+            dense_states = _lookup(automaton, parent_states, index).astype(np.int64)
+            alive_here = dense_states != DEAD
+            node_alive[start:end] = alive_here
+            n_alive = int(np.count_nonzero(alive_here))
+        n_alive_total += n_alive
+    if n_alive_total * 8 < trie.n_tokens:
+        mask = np.zeros(trie.n_tokens, dtype=bool)
+        mask[trie.tokens_at(np.flatnonzero(node_alive))] = True
+        return mask
     mask = np.zeros(trie.n_tokens, dtype=bool)
-    has_node = trie.token_node >= 0
-    mask[has_node] = node_state[trie.token_node[has_node]] != DEAD
+    mask[trie.tokens_with_node] = node_alive[trie.token_node[trie.tokens_with_node]]
     return mask
 
 
@@ -208,7 +286,7 @@ def accepts_token(trie: TokenTrie, automaton: Automaton, sid: int, token_id: int
         return False
     table = automaton.table
     for byte in data:
-        nxt = int(table[sid, byte]) if sid < table.shape[0] else UNKNOWN
+        nxt = table.item(sid, byte) if sid < table.shape[0] else UNKNOWN
         if nxt == UNKNOWN:
             nxt = int(automaton.fill(sid)[byte])
             table = automaton.table
