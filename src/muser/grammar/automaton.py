@@ -63,16 +63,19 @@ _SELF = -1  # item origin: "this very column" (only inside one closure or contex
 TokenMatcher = Callable[[int, int], bool]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class KernelState:
     """A state between whole code points: the Earley column after a scan."""
 
     kernel: frozenset
-    # (charset index, advanced pd, resolved origin) for every item expecting a character
+    # (charset index, advanced pd, origin) for every item expecting a character;
+    # origin _SELF means "this column" and is resolved when the item is scanned
     scan: tuple[tuple[int, int, int], ...]
-    # (token terminal index, advanced pd, resolved origin) for token-terminal items
+    # (token terminal index, advanced pd, origin) for token-terminal items
     tokens: tuple[tuple[int, int, int], ...]
     can_end: bool
+    # nonterminal -> items of this column waiting on it (origin may be _SELF)
+    waiting: dict
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,8 @@ class Automaton:
         self._ctx_ids: dict[frozenset, int] = {}
         self._ctxs: list[dict[int, tuple[tuple[int, int], ...]]] = []
         self._plans: dict[tuple[int, ...], _ScanPlan] = {}
+        self._ctx_memo: dict[tuple[int, frozenset], int] = {}
+        self._completion_memo: dict[tuple[int, int], tuple[frozenset, bool]] = {}
         self._filled: list[bool] = [True]
         trans = np.full((256, 256), UNKNOWN, dtype=np.int32)
         trans[DEAD] = DEAD
@@ -302,11 +307,11 @@ class Automaton:
         st = self._states[sid]
         if not isinstance(st, KernelState) or not st.tokens:
             return DEAD
-        kernel = frozenset((pd, org) for term, pd, org in st.tokens if matches(term, token_id))
-        if not kernel:
+        items = [(pd, org) for term, pd, org in st.tokens if matches(term, token_id)]
+        if not items:
             return DEAD
         with self._lock:
-            return self._intern_kernel(kernel)
+            return self._advance(sid, st, items)
 
     def union(self, a: int, b: int) -> int:
         """The state whose column holds the items of both `a` and `b` (both whole-character states)."""
@@ -353,7 +358,7 @@ class Automaton:
     def _close(self, kernel: frozenset) -> KernelState | None:
         """Earley predict/complete to a fixpoint; None if nothing can follow and it cannot end."""
         kinds, syms, lhss = self._pd_kind, self._pd_sym, self._pd_lhs
-        nullable, first, ctxs = self._nullable, self._first, self._ctxs
+        nullable, first = self._nullable, self._first
         seen = set(kernel)
         stack = list(kernel)
         waiting: dict[int, list[tuple[int, int]]] = {}
@@ -395,50 +400,142 @@ class Automaton:
                     if nt in completed_here:
                         continue
                     completed_here.add(nt)
-                    waiters = tuple(waiting.get(nt, ()))
+                    for wpd, worg in tuple(waiting.get(nt, ())):
+                        nxt = (wpd + 1, worg)
+                        if nxt not in seen:
+                            seen.add(nxt)
+                            push(nxt)
                 else:
-                    waiters = ctxs[org].get(nt, ())
-                for wpd, worg in waiters:
-                    nxt = (wpd + 1, worg)
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        push(nxt)
+                    advanced, reaches_start = self._complete_from(org, nt)
+                    if reaches_start:
+                        can_end = True
+                    for nxt in advanced:
+                        if nxt not in seen:
+                            seen.add(nxt)
+                            push(nxt)
             elif kind == CHAR:
                 scan.append(item)
             else:
                 tokens.append(item)
         if not scan and not tokens and not can_end:
             return None
-        cid = _SELF
-        if any(org == _SELF for _, org in scan) or any(org == _SELF for _, org in tokens):
-            cid = self._intern_ctx(waiting)
         return KernelState(
             kernel=kernel,
-            scan=tuple((syms[pd], pd + 1, cid if org == _SELF else org) for pd, org in scan),
-            tokens=tuple((syms[pd], pd + 1, cid if org == _SELF else org) for pd, org in tokens),
+            scan=tuple((syms[pd], pd + 1, org) for pd, org in scan),
+            tokens=tuple((syms[pd], pd + 1, org) for pd, org in tokens),
             can_end=can_end,
+            waiting={nt: tuple(items) for nt, items in waiting.items()},
         )
 
-    def _intern_ctx(self, waiting: dict[int, list[tuple[int, int]]]) -> int:
-        key = frozenset(item for items in waiting.values() for item in items)
+    def _complete_from(self, ctx: int, nt: int) -> tuple[frozenset, bool]:
+        """Complete `nt` started at context `ctx`, following chains of completions.
+
+        Returns the advanced items that are not complete yet, and whether the
+        start symbol completed. Memoized per (context, nonterminal), including
+        every pair met along a chain, so right recursion (`list ::= item list`),
+        whose chains grow by one context per repetition, costs O(1) per step
+        instead of walking the whole chain each time (Leo's concern, met by
+        memoization). Iterative, so long chains cannot overflow the stack; pairs
+        caught in a completion cycle are recomputed rather than memoized partially.
+        """
+        memo = self._completion_memo
+        hit = memo.get((ctx, nt))
+        if hit is not None:
+            return hit
+        kinds, lhss, ctxs = self._pd_kind, self._pd_lhs, self._ctxs
+        # frame: [pair, items, reaches_start, pending children, lowest open ancestor depth touched]
+        depth_of: dict[tuple[int, int], int] = {(ctx, nt): 0}
+        frames: list[list] = [[(ctx, nt), set(), False, None, 0]]
+        result: tuple[frozenset, bool] = (frozenset(), False)
+        while frames:
+            frame = frames[-1]
+            pair = frame[0]
+            if frame[3] is None:
+                children = []
+                for wpd, worg in ctxs[pair[0]].get(pair[1], ()):
+                    adv = wpd + 1
+                    if kinds[adv] != _COMPLETE:
+                        frame[1].add((adv, worg))
+                    elif lhss[adv] == 0:
+                        frame[2] = True
+                    else:
+                        children.append((worg, lhss[adv]))
+                frame[3] = children
+                frame[4] = len(frames) - 1
+            if frame[3]:
+                child = frame[3].pop()
+                done = memo.get(child)
+                if done is not None:
+                    frame[1] |= done[0]
+                    frame[2] = frame[2] or done[1]
+                elif child in depth_of:
+                    frame[4] = min(frame[4], depth_of[child])  # a cycle back to an open frame
+                else:
+                    depth_of[child] = len(frames)
+                    frames.append([child, set(), False, None, 0])
+                continue
+            frames.pop()
+            del depth_of[pair]
+            result = (frozenset(frame[1]), frame[2])
+            if frame[4] >= len(frames):
+                memo[pair] = result  # nothing open above it was missing
+            if frames:
+                parent = frames[-1]
+                parent[1] |= frame[1]
+                parent[2] = parent[2] or frame[2]
+                parent[4] = min(parent[4], frame[4])
+        return result
+
+    def _advance(self, sid: int, st: KernelState, items) -> int:
+        """The state after scanning: `items` are the advanced (pd, origin) pairs that matched."""
+        if not items:
+            return DEAD
+        self_lhs = frozenset(self._pd_lhs[pd] for pd, org in items if org == _SELF)
+        if not self_lhs:
+            return self._intern_kernel(frozenset(items))
+        cid = self._ctx_memo.get((sid, self_lhs))
+        if cid is None:
+            cid = self._restricted_ctx(st, self_lhs)
+            self._ctx_memo[(sid, self_lhs)] = cid
+        return self._intern_kernel(frozenset((pd, cid if org == _SELF else org) for pd, org in items))
+
+    def _restricted_ctx(self, st: KernelState, self_lhs: frozenset) -> int:
+        """Intern the context of this column as seen by items it starts with lhs in `self_lhs`.
+
+        Only waiters that such items (and, transitively, the waiters they
+        complete) can ever reach are kept: the rest of the column (for example
+        how many optional spaces came before a value) cannot matter any more,
+        and keeping it would split identical futures into different states.
+        """
+        lhss = self._pd_lhs
+        kept: list[tuple[int, int]] = []
+        done: set[int] = set()
+        todo = list(self_lhs)
+        while todo:
+            nt = todo.pop()
+            if nt in done:
+                continue
+            done.add(nt)
+            for wpd, worg in st.waiting.get(nt, ()):
+                kept.append((wpd, worg))
+                if worg == _SELF:
+                    todo.append(lhss[wpd])
+        key = frozenset(kept)
         cid = self._ctx_ids.get(key)
         if cid is None:
             cid = len(self._ctxs)
             self._ctx_ids[key] = cid
-            self._ctxs.append(
-                {
-                    nt: tuple((pd, cid if org == _SELF else org) for pd, org in items)
-                    for nt, items in waiting.items()
-                }
-            )
+            by_nt: dict[int, list[tuple[int, int]]] = {}
+            for wpd, worg in key:
+                by_nt.setdefault(self._pd_sym[wpd], []).append((wpd, cid if worg == _SELF else worg))
+            self._ctxs.append({nt: tuple(v) for nt, v in by_nt.items()})
         return cid
 
     # ------------------------------------------------------------ transitions
 
-    def _scan(self, st: KernelState, cp: int) -> int:
+    def _scan(self, sid: int, st: KernelState, cp: int) -> int:
         charsets = self._charsets
-        kernel = frozenset((pd, org) for ci, pd, org in st.scan if cp in charsets[ci])
-        return self._intern_kernel(kernel) if kernel else DEAD
+        return self._advance(sid, st, [(pd, org) for ci, pd, org in st.scan if cp in charsets[ci]])
 
     def _plan(self, charset_ids: tuple[int, ...]) -> "_ScanPlan":
         """How each byte splits the items expecting `charset_ids` (cached: depends only on the sets)."""
@@ -467,7 +564,7 @@ class Automaton:
                 if lo > hi:
                     continue
                 if st.remaining == 1:
-                    row[byte] = self._scan(base, lo)
+                    row[byte] = self._scan(st.base, base, lo)
                 else:
                     row[byte] = self._make_partial(st.base, base, lo, hi, st.remaining - 1)
         return row
@@ -481,8 +578,8 @@ class Automaton:
         def after(match: int) -> int:
             nxt = successor.get(match)
             if nxt is None:
-                kernel = frozenset((pd, org) for i, (_, pd, org) in enumerate(st.scan) if (match >> i) & 1)
-                nxt = successor[match] = self._intern_kernel(kernel)
+                items = [(pd, org) for i, (_, pd, org) in enumerate(st.scan) if (match >> i) & 1]
+                nxt = successor[match] = self._advance(sid, st, items)
             return nxt
 
         for match, byte_list in plan.ascii_groups:
@@ -500,8 +597,8 @@ class Automaton:
         if kind == _PARTIAL_DEAD:
             return DEAD
         if kind == _PARTIAL_RESOLVED:
-            kernel = frozenset((pd, org) for i, (_, pd, org) in enumerate(base.scan) if (match >> i) & 1)
-            target = self._intern_kernel(kernel)
+            items = [(pd, org) for i, (_, pd, org) in enumerate(base.scan) if (match >> i) & 1]
+            target = self._advance(base_id, base, items)
             return DEAD if target == DEAD else self._intern_partial_resolved(target, remaining)
         return self._exact_partial(base_id, lo, hi, remaining)
 
