@@ -18,6 +18,7 @@ from muser.errors import (
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
+from muser.grammar import Grammar
 
 __version__ = "0.1.0"
 
@@ -25,6 +26,7 @@ __all__ = [
     "Cancelled",
     "ContextOverflow",
     "FetchError",
+    "Grammar",
     "GrammarError",
     "InternalError",
     "ModelFormatError",

@@ -286,6 +286,8 @@ class _Parser:
             name = self.parse_name()
             line, column = self.where(start)
             return RuleRef(name, line, column)
+        if self.text.startswith("::=", self.pos):
+            raise self.error("'::=' inside a rule: each rule must start on its own line")
         raise self.error(f"unexpected character {c!r}")
 
     def parse_literal(self) -> Node:
