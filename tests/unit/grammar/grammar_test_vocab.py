@@ -54,35 +54,25 @@ def spm_token_bytes(text: str, token_type: int) -> bytes:
 
 
 def load_token_bytes(path: str | Path) -> tuple[list[bytes], list[int]]:
-    """(token_bytes, end-of-generation ids) of a GGUF vocabulary."""
-    from gguf import GGUFReader
+    """(token_bytes, end-of-generation ids) of a GGUF vocabulary (read with muser's GGUF reader)."""
+    from muser._core import GgufFile
 
-    reader = GGUFReader(str(path))
-
-    def field(name):
-        return reader.fields.get(name)
-
-    def strings(f):
-        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-
-    def scalar(name):
-        f = field(name)
-        return None if f is None else int(f.parts[f.data[0]][0])
-
-    model = bytes(field("tokenizer.ggml.model").parts[-1]).decode()
-    texts = strings(field("tokenizer.ggml.tokens"))
-    types_field = field("tokenizer.ggml.token_type")
-    types = [int(types_field.parts[i][0]) for i in types_field.data] if types_field else [1] * len(texts)
+    meta = GgufFile.open(str(path)).metadata()
+    model = meta["tokenizer.ggml.model"]
+    texts = meta["tokenizer.ggml.tokens"]
+    types = meta.get("tokenizer.ggml.token_type") or [1] * len(texts)
     out = []
     for text, ttype in zip(texts, types):
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
         if ttype == TOKEN_TYPE_CONTROL:
             out.append(b"")
         elif model == "gpt2":
             out.append(gpt2_token_bytes(text))
         else:
             out.append(spm_token_bytes(text, ttype))
-    eog = [i for i in (scalar("tokenizer.ggml.eos_token_id"), scalar("tokenizer.ggml.eot_token_id")) if i is not None]
-    return out, sorted(set(eog))
+    eog = {meta.get("tokenizer.ggml.eos_token_id"), meta.get("tokenizer.ggml.eot_token_id")}
+    return out, sorted(int(i) for i in eog if i is not None)
 
 
 def greedy_tokenize(text: bytes, token_bytes: list[bytes], max_len: int | None = None) -> list[int]:
