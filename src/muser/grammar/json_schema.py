@@ -17,7 +17,8 @@ documents are left out to keep it simple and small. What it produces:
   `maxItems` (counts above 2000 are capped, which stays sound).
 - Strings: `minLength`/`maxLength` (in characters), `pattern` (regex subset, see
   json_regex.py; lengths are ignored alongside a pattern), `format` date,
-  time, date-time, uuid. `\\u` escapes of surrogates are never produced.
+  time, date-time, uuid. A `\\u` surrogate pair counts as one character;
+  lone surrogates are never produced.
 - Numbers: integer `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`
   exactly (open sides capped at 16 digits); for `number` with bounds, the
   integer part is bounded so that every allowed value is in range, and no
@@ -49,8 +50,11 @@ REPEAT_LIMIT = 2000
 # rule name -> (body, rules it needs)
 _PRIMITIVES: dict[str, tuple[str, tuple[str, ...]]] = {
     "space": ('| " " | "\\n"{1,2} [ \\t]{0,20}', ()),
+    # one character: plain, a simple escape, a \u escape outside the surrogates, or a
+    # surrogate pair as one unit (so lengths count characters; lone surrogates never appear)
     "char": (
-        '[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))',
+        '[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}'
+        ' | [dD] [89abAB] [0-9a-fA-F]{2} "\\\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}))',
         (),
     ),
     "key-char": ('[^"\\\\\\x7F\\x00-\\x1F]', ()),
@@ -444,6 +448,17 @@ class _Converter:
         negative = nonnegative_range(neg_lo, neg_hi) if neg_lo <= neg_hi else None
         if negative is not None:
             options.append(f'"-" {negative} {frac}')
+        # An exclusive integer bound B excludes the integer B itself but not
+        # B + 0.5: with a fraction that is not all zeros, the integer part may be B.
+        nonzero_frac = '"." [0-9]{0,15} [1-9]'
+        if lower is not None and lower[1] and lower[0].denominator == 1 and lower[0] >= 0:
+            edge = int(lower[0])
+            if upper is None or edge + 1 <= upper[0]:
+                options.append(f'"{edge}" {nonzero_frac}')
+        if upper is not None and upper[1] and upper[0].denominator == 1 and upper[0] <= 0:
+            edge = -int(upper[0])
+            if lower is None or -(edge + 1) >= lower[0]:
+                options.append(f'"-{edge}" {nonzero_frac}')
         if not options:
             raise GrammarError(f"no number satisfies the bounds at '{hint}'")
         return self.define(hint, " | ".join(options))
