@@ -24,6 +24,7 @@ from muser import models
 from muser import sampling
 from muser.sampling.params import SamplingParams
 from muser.types import GenerationChunk
+from muser.grammar import Grammar
 
 __version__ = "0.1.0"
 
@@ -39,9 +40,11 @@ __all__ = [
     "sampling",
     "SamplingParams",
     "GenerationChunk",
+    "Grammar",
     "Cancelled",
     "ContextOverflow",
     "FetchError",
+    "Grammar",
     "GrammarError",
     "InternalError",
     "ModelFormatError",
