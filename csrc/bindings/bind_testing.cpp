@@ -124,7 +124,7 @@ void bind_testing_kernels(nb::module_& m) {
       "cpu_isas",
       [] {
         std::vector<std::string> names;
-        for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
+        for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512, cpu::Isa::Avx512Vnni}) {
           if (cpu::isa_supported(isa)) names.emplace_back(cpu::isa_name(isa));
         }
         return names;
@@ -173,8 +173,9 @@ void bind_testing_kernels(nb::module_& m) {
 
   m.def(
       "quantize_activation",
-      [](const std::string& format_name, const Floats1D& x) {
+      [](const std::string& format_name, const Floats1D& x, const std::string& isa_name) {
         const ActivationFormat format = parse_activation_format(format_name);
+        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
         const size_t n = x.shape(0);
         if (n == 0 || n % activation_block_elems(format) != 0) {
           throw InvalidArgument(format_where(
@@ -185,11 +186,13 @@ void bind_testing_kernels(nb::module_& m) {
         OwnedArray<uint8_t> out(activation_row_bytes(format, n));
         {
           nb::gil_scoped_release release;
-          ref::quantize_activation_row(format, x.data(), out.data, n);
+          kernels.quantize[static_cast<uint32_t>(format)](x.data(), out.data, n);
         }
         return out.release_to_numpy({out.count});
       },
-      nb::arg("format"), nb::arg("x"), "Raw bytes of the activation blocks for float32 row `x`.");
+      nb::arg("format"), nb::arg("x"), nb::arg("isa") = "scalar",
+      "Raw bytes of the activation blocks for float32 row `x`, quantized by the kernel table "
+      "of `isa` (scalar = the reference).");
 
   m.def(
       "vec_dot",
@@ -206,7 +209,7 @@ void bind_testing_kernels(nb::module_& m) {
         float result = 0.0f;
         {
           nb::gil_scoped_release release;
-          ref::quantize_activation_row(format, x.data(), act.data, n);
+          kernels.quantize[static_cast<uint32_t>(format)](x.data(), act.data, n);
           kernels.tile[type_id](n, w.data, w.count, 1, act.data, act.count, 1, &result, 1);
         }
         return result;

@@ -59,24 +59,31 @@ bool spin_until(Predicate ready) {
 
 }  // namespace
 
-// One job at a time. The caller publishes (task, n_tasks) and bumps
-// `generation` under the mutex; every worker takes part in every generation
-// (the caller waits for all of them), taking task indices from `next_task`
-// until they run out, so a worker can never miss or repeat a job.
+// One job at a time. Tasks are claimed through one 64-bit word, `claim` =
+// (job id << 32) | next task index, advanced only by compare-and-swap, so a
+// worker that wakes late for a job that already finished (or sees a newer
+// one half-published) fails its claim and never touches that job's task.
+// The caller waits for the count of *completed* tasks, not for every worker:
+// a worker the OS has not scheduled yet cannot hold a job up, the caller
+// simply runs its share of the tasks.
 struct ThreadPool::Impl {
+  static constexpr uint64_t kClosed = ~uint64_t{0};  // no job open for claims
+
   int n_threads = 1;
   std::vector<std::thread> workers;
 
   std::mutex mutex;
-  std::condition_variable work_ready;
-  std::condition_variable work_done;
-  bool stopping = false;  // guarded by mutex
+  std::condition_variable work_ready;  // a job was published (or stopping)
+  std::condition_variable work_done;   // the last task of a job completed
+  std::atomic<bool> stopping{false};
 
-  std::atomic<uint64_t> generation{0};
-  std::atomic<size_t> next_task{0};
-  std::atomic<int> workers_busy{0};
+  std::atomic<uint32_t> job_id{0};          // id of the latest published job
+  std::atomic<uint64_t> claim{kClosed};
+  std::atomic<size_t> tasks_done{0};
+  // Of the open job. Read before a claim is attempted, so atomic; a value
+  // read for a job that is no longer open is never acted on (the claim fails).
+  std::atomic<size_t> n_tasks{0};
   const std::function<void(size_t, int)>* task = nullptr;
-  size_t n_tasks = 0;
 
   // The exception of the lowest-numbered failing task, so which error the
   // caller sees does not depend on thread timing.
@@ -84,10 +91,18 @@ struct ThreadPool::Impl {
   std::exception_ptr error;
   size_t error_task = 0;
 
-  void run_tasks(int thread_index) {
+  // Claims and runs tasks of job `id` until none are left.
+  void run_tasks(uint32_t id, int thread_index) {
+    uint64_t current = claim.load(std::memory_order_acquire);
     for (;;) {
-      const size_t i = next_task.fetch_add(1, std::memory_order_relaxed);
-      if (i >= n_tasks) return;
+      if (current == kClosed || (current >> 32) != id) return;
+      const size_t i = static_cast<size_t>(current & 0xffffffffu);
+      const size_t total = n_tasks.load(std::memory_order_relaxed);
+      if (i >= total) return;
+      if (!claim.compare_exchange_weak(current, current + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+        continue;  // `current` now holds the fresh value
+      }
       try {
         (*task)(i, thread_index);
       } catch (...) {
@@ -97,27 +112,28 @@ struct ThreadPool::Impl {
           error_task = i;
         }
       }
+      if (tasks_done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
+        std::lock_guard<std::mutex> lock(mutex);
+        work_done.notify_one();
+      }
+      current = claim.load(std::memory_order_acquire);
     }
   }
 
   void worker_loop(int thread_index) {
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-      const bool have_work =
-          spin_until([&] { return generation.load(std::memory_order_acquire) != seen; });
-      if (!have_work) {
+      const auto published = [&] {
+        return stopping.load(std::memory_order_acquire) ||
+               job_id.load(std::memory_order_acquire) != seen;
+      };
+      if (!spin_until(published)) {
         std::unique_lock<std::mutex> lock(mutex);
-        work_ready.wait(lock, [&] {
-          return stopping || generation.load(std::memory_order_acquire) != seen;
-        });
-        if (stopping) return;
+        work_ready.wait(lock, published);
       }
-      seen = generation.load(std::memory_order_acquire);
-      run_tasks(thread_index);
-      if (workers_busy.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lock(mutex);
-        work_done.notify_one();
-      }
+      if (stopping.load(std::memory_order_acquire)) return;
+      seen = job_id.load(std::memory_order_acquire);
+      run_tasks(seen, thread_index);
     }
   }
 };
@@ -136,7 +152,7 @@ ThreadPool::ThreadPool(int n_threads) : impl_(std::make_unique<Impl>()) {
   } catch (const std::system_error& e) {
     {
       std::lock_guard<std::mutex> lock(impl_->mutex);
-      impl_->stopping = true;
+      impl_->stopping.store(true, std::memory_order_release);
     }
     impl_->work_ready.notify_all();
     for (std::thread& w : impl_->workers) w.join();
@@ -147,7 +163,7 @@ ThreadPool::ThreadPool(int n_threads) : impl_(std::make_unique<Impl>()) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->stopping = true;
+    impl_->stopping.store(true, std::memory_order_release);
   }
   impl_->work_ready.notify_all();
   for (std::thread& w : impl_->workers) w.join();
@@ -172,27 +188,35 @@ void ThreadPool::parallel_for(size_t n_tasks,
     if (error) std::rethrow_exception(error);
     return;
   }
+  if (n_tasks > 0xffffffffu) {
+    throw InvalidArgument(format_where("ThreadPool", "parallel_for takes at most 2^32 - 1 tasks, got " +
+                                                         std::to_string(n_tasks)));
+  }
 
+  // The previous job is complete, so nobody can hold a claim on it; stale
+  // claim attempts fail against kClosed or the new job id.
+  const uint32_t id = s.job_id.load(std::memory_order_relaxed) + 1;
+  s.claim.store(Impl::kClosed, std::memory_order_release);
   s.error = nullptr;
   s.error_task = 0;
+  s.task = &task;
+  s.n_tasks.store(n_tasks, std::memory_order_relaxed);
+  s.tasks_done.store(0, std::memory_order_relaxed);
+  s.claim.store(static_cast<uint64_t>(id) << 32, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    s.task = &task;
-    s.n_tasks = n_tasks;
-    s.next_task.store(0, std::memory_order_relaxed);
-    s.workers_busy.store(s.n_threads - 1, std::memory_order_relaxed);
-    s.generation.fetch_add(1, std::memory_order_release);
+    s.job_id.store(id, std::memory_order_release);
   }
   s.work_ready.notify_all();
 
-  s.run_tasks(0);
+  s.run_tasks(id, 0);
 
-  const bool done =
-      spin_until([&] { return s.workers_busy.load(std::memory_order_acquire) == 0; });
-  if (!done) {
+  const auto all_done = [&] { return s.tasks_done.load(std::memory_order_acquire) == n_tasks; };
+  if (!spin_until(all_done)) {
     std::unique_lock<std::mutex> lock(s.mutex);
-    s.work_done.wait(lock, [&] { return s.workers_busy.load(std::memory_order_acquire) == 0; });
+    s.work_done.wait(lock, all_done);
   }
+  s.claim.store(Impl::kClosed, std::memory_order_release);
   s.task = nullptr;
   if (s.error) {
     std::exception_ptr error = std::move(s.error);

@@ -79,15 +79,25 @@ uint32_t load_u32_le(const uint8_t* p) {
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
-// Rounds to nearest (ties to even, the default FP environment) and clamps to
-// the symmetric int8 range; NaN becomes 0 so a bad activation cannot turn
-// into undefined behaviour.
+// Rounds to nearest, ties to even, and clamps to the symmetric int8 range;
+// NaN becomes 0 so a bad activation cannot turn into undefined behaviour.
+// Adding and subtracting 1.5 * 2^23 rounds any |v| < 2^22 to an integer in
+// the default rounding mode; std::nearbyint would give the same value but is
+// a slow library call on baseline x86-64, and this runs once per activation
+// element of every matmul.
 int8_t round_to_int8(float v) {
   if (!(v == v)) return 0;
-  float r = std::nearbyint(v);
-  if (r > 127.0f) r = 127.0f;
-  if (r < -127.0f) r = -127.0f;
-  return static_cast<int8_t>(r);
+  v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+  constexpr float kRoundingBias = 12582912.0f;  // 1.5 * 2^23
+  const float r = (v + kRoundingBias) - kRoundingBias;
+  return static_cast<int8_t>(static_cast<int>(r));
+}
+
+// Largest magnitude so far; NaN never wins (std::fmax is a library call on
+// baseline x86-64).
+float max_abs(float amax, float v) {
+  const float a = std::fabs(v);
+  return a > amax ? a : amax;
 }
 
 // Q3_K: sixteen 6-bit scales in 12 bytes. The low nibbles of scales 0..7 sit
@@ -484,7 +494,7 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, size_t n) {
   for (size_t i = 0; i < n / MUSER_QK32; ++i) {
     const float* xb = x + MUSER_QK32 * i;
     float amax = 0.0f;
-    for (int j = 0; j < MUSER_QK32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    for (int j = 0; j < MUSER_QK32; ++j) amax = max_abs(amax, xb[j]);
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     y[i].d = fp32_to_fp16(d);
@@ -497,7 +507,7 @@ void quantize_row_q8_1(const float* x, BlockQ8_1* y, size_t n) {
   for (size_t i = 0; i < n / MUSER_QK32; ++i) {
     const float* xb = x + MUSER_QK32 * i;
     float amax = 0.0f;
-    for (int j = 0; j < MUSER_QK32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    for (int j = 0; j < MUSER_QK32; ++j) amax = max_abs(amax, xb[j]);
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     int sum = 0;

@@ -62,6 +62,27 @@ def test_quantized_activation_is_within_half_a_step_of_the_input(fmt, block):
     assert np.all(error <= bound)
 
 
+SIMD_ISAS = [isa for isa in t.cpu_isas() if isa != "scalar"]
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+@pytest.mark.parametrize("fmt, block", [("F32", 1), ("Q8_0", 32), ("Q8_1", 32), ("Q8_K", 256)])
+def test_simd_quantizers_write_the_same_bytes_as_the_reference(fmt, block, isa):
+    rng = np.random.default_rng(5)
+    n = 3 * max(block, 256)
+    rows = list(sample_rows(n, rng))
+    special = rng.standard_normal(n).astype(np.float32)
+    special[::7] = np.nan  # NaN never wins the max and quantizes to 0
+    special[3], special[10] = 40.0, -40.0  # tie for largest magnitude: the first wins
+    special[300:340] = 0.0
+    rows.append(special)
+    rows.append(np.full(n, -0.0, dtype=np.float32))
+    rows.append((rng.standard_normal(n) * 1e30).astype(np.float32))
+    for x in rows:
+        with np.errstate(invalid="ignore"):
+            assert t.quantize_activation(fmt, x, isa).tobytes() == t.quantize_activation(fmt, x, "scalar").tobytes()
+
+
 def test_each_weight_type_takes_the_activation_format_llama_cpp_uses():
     expected = {
         GT.F32: "F32", GT.F16: "F32", GT.BF16: "F32",

@@ -49,3 +49,12 @@ def test_a_pool_needs_at_least_one_thread():
 
 def test_physical_core_count_is_positive():
     assert t.physical_core_count() >= 1
+
+
+def test_late_waking_workers_never_run_a_task_twice_or_skip_one():
+    # More threads than cores: workers often wake after their job is done or
+    # while the next one is being published; the claim protocol must keep
+    # every task of every job at exactly one run.
+    pool = t.ThreadPoolProbe(8)
+    for n_tasks in [2, 3, 5, 9, 17] * 400:
+        assert pool.run_counts(n_tasks) == [1] * n_tasks

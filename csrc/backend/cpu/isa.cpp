@@ -20,6 +20,7 @@ namespace {
 struct CpuFeatures {
   bool avx2 = false;
   bool avx512 = false;
+  bool avx512vnni = false;
 };
 
 CpuFeatures detect_features() {
@@ -29,8 +30,9 @@ CpuFeatures detect_features() {
   // __builtin_cpu_supports also checks that the OS saves the wide registers.
   f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __builtin_cpu_supports("f16c");
-  f.avx512 = false && f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  f.avx512vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
 #endif
   return f;
 }
@@ -47,6 +49,7 @@ const char* isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Vnni: return "avx512vnni";
   }
   return "unknown";
 }
@@ -56,12 +59,14 @@ bool isa_supported(Isa isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2: return features().avx2;
     case Isa::Avx512: return features().avx512;
+    case Isa::Avx512Vnni: return features().avx512vnni;
   }
   return false;
 }
 
 Isa best_isa() {
-  static const Isa best = isa_supported(Isa::Avx512) ? Isa::Avx512
+  static const Isa best = isa_supported(Isa::Avx512Vnni) ? Isa::Avx512Vnni
+                          : isa_supported(Isa::Avx512) ? Isa::Avx512
                           : isa_supported(Isa::Avx2) ? Isa::Avx2
                                                      : Isa::Scalar;
   return best;
@@ -76,6 +81,8 @@ const KernelSet& kernel_set(Isa isa) {
     case Isa::Scalar: return scalar_kernel_set();
 #if MUSER_X86_DISPATCH
     case Isa::Avx2: return avx2_kernel_set();
+    case Isa::Avx512: return avx512_kernel_set();
+    case Isa::Avx512Vnni: return avx512vnni_kernel_set();
 #else
     default: break;
 #endif
@@ -93,9 +100,11 @@ Isa parse_isa(const char* name) {
     isa = Isa::Avx2;
   } else if (std::strcmp(name, "avx512") == 0) {
     isa = Isa::Avx512;
+  } else if (std::strcmp(name, "avx512vnni") == 0) {
+    isa = Isa::Avx512Vnni;
   } else {
     throw InvalidArgument(format_where(
-        "cpu", std::string("unknown instruction set: expected scalar, avx2, avx512 or best, got '") +
+        "cpu", std::string("unknown instruction set: expected scalar, avx2, avx512, avx512vnni or best, got '") +
                    name + "'"));
   }
   if (!isa_supported(isa)) {

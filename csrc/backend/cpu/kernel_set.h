@@ -12,7 +12,8 @@
 
 namespace muser::cpu {
 
-enum class Isa : uint32_t { Scalar, Avx2, Avx512 };
+// Avx512 means F/BW/VL/DQ; Avx512Vnni adds the VNNI int8 dot product.
+enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni };
 
 // Computes a tile of weight-row x activation-row dot products:
 //
@@ -30,18 +31,28 @@ using TileFn = void (*)(size_t n, const uint8_t* w, size_t w_row_bytes, size_t n
                         const uint8_t* act, size_t act_row_bytes, size_t n_act_rows, float* y,
                         size_t y_stride);
 
-// Indexed by ggml type id; entries for unsupported ids are null.
+// Quantizes one float32 activation row of n elements into dst, in one of
+// the ActivationFormats (tensor/reference_kernels.h). Every implementation
+// writes exactly the bytes ref::quantize_activation_row writes.
+using QuantizeFn = void (*)(const float* x, uint8_t* dst, size_t n);
+
+// Tile entries are indexed by ggml type id (null for unsupported ids);
+// quantize entries by ActivationFormat (F32, Q8_0, Q8_1, Q8_K).
 constexpr uint32_t kMaxTypeId = 32;
+constexpr uint32_t kActivationFormats = 4;
 
 struct KernelSet {
   Isa isa;
   TileFn tile[kMaxTypeId];
+  QuantizeFn quantize[kActivationFormats];
 };
 
 // The kernel tables, one per instruction set. Only call the SIMD ones after
 // isa_supported() said yes.
 const KernelSet& scalar_kernel_set();
 const KernelSet& avx2_kernel_set();
+const KernelSet& avx512_kernel_set();
+const KernelSet& avx512vnni_kernel_set();
 
 const char* isa_name(Isa isa);
 // Whether this CPU (and this build) can run `isa`. Scalar always can.
@@ -50,7 +61,7 @@ bool isa_supported(Isa isa);
 Isa best_isa();
 // The table for `isa`; throws InvalidArgument when this CPU cannot run it.
 const KernelSet& kernel_set(Isa isa);
-// Parses "scalar" / "avx2" / "avx512" / "best"; throws InvalidArgument for
+// Parses "scalar" / "avx2" / "avx512" / "avx512vnni" / "best"; throws InvalidArgument for
 // other names and for instruction sets this CPU cannot run.
 Isa parse_isa(const char* name);
 

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
+#include <type_traits>
 
 #include "backend/cpu/kernel_set.h"
 #include "tensor/half_float.h"
@@ -17,20 +19,21 @@ namespace {
 #include "backend/cpu/x86_kernels_256.inc"
 
 constexpr KernelSet make_avx2_set() {
-  KernelSet set{Isa::Avx2, {}};
-  set.tile[0] = tile_256<FloatKernel256<FloatF32>>;    // F32
-  set.tile[1] = tile_256<FloatKernel256<FloatF16>>;    // F16
-  set.tile[30] = tile_256<FloatKernel256<FloatBF16>>;  // BF16
-  set.tile[2] = tile_256<Q32Kernel<WeightQ4_0>>;
-  set.tile[3] = tile_256<Q32Kernel<WeightQ4_1>>;
-  set.tile[6] = tile_256<Q32Kernel<WeightQ5_0>>;
-  set.tile[7] = tile_256<Q32Kernel<WeightQ5_1>>;
-  set.tile[8] = tile_256<Q32Kernel<WeightQ8_0>>;
-  set.tile[10] = tile_256<KernelQ2_K>;
-  set.tile[11] = tile_256<KernelQ3_K>;
-  set.tile[12] = tile_256<KernelK4<BlockQ4_K, false>>;
-  set.tile[13] = tile_256<KernelK4<BlockQ5_K, true>>;
-  set.tile[14] = tile_256<KernelQ6_K>;
+  KernelSet set{Isa::Avx2, {}, {}};
+  set_quantizers(set);
+  set.tile[0] = tile_rows<FloatKernel256<FloatF32>>;    // F32
+  set.tile[1] = tile_rows<FloatKernel256<FloatF16>>;    // F16
+  set.tile[30] = tile_rows<FloatKernel256<FloatBF16>>;  // BF16
+  set.tile[2] = tile_rows<Q32Kernel<WeightQ4_0>>;
+  set.tile[3] = tile_rows<Q32Kernel<WeightQ4_1>>;
+  set.tile[6] = tile_rows<Q32Kernel<WeightQ5_0>>;
+  set.tile[7] = tile_rows<Q32Kernel<WeightQ5_1>>;
+  set.tile[8] = tile_rows<Q32Kernel<WeightQ8_0>>;
+  set.tile[10] = tile_rows<KernelQ2_K>;
+  set.tile[11] = tile_rows<KernelQ3_K>;
+  set.tile[12] = tile_rows<KernelK4<BlockQ4_K, false>>;
+  set.tile[13] = tile_rows<KernelK4<BlockQ5_K, true>>;
+  set.tile[14] = tile_rows<KernelQ6_K>;
   return set;
 }
 

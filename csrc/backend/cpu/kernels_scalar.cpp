@@ -19,8 +19,24 @@ void scalar_tile(size_t n, const uint8_t* w, size_t w_row_bytes, size_t n_w_rows
   }
 }
 
+// The SIMD tables index quantizers by these values.
+static_assert(static_cast<uint32_t>(ActivationFormat::F32) == 0 &&
+                  static_cast<uint32_t>(ActivationFormat::Q8_0) == 1 &&
+                  static_cast<uint32_t>(ActivationFormat::Q8_1) == 2 &&
+                  static_cast<uint32_t>(ActivationFormat::Q8_K) == 3,
+              "KernelSet::quantize is indexed by ActivationFormat");
+
+template <ActivationFormat F>
+void scalar_quantize(const float* x, uint8_t* dst, size_t n) {
+  ref::quantize_activation_row(F, x, dst, n);
+}
+
 constexpr KernelSet make_scalar_set() {
-  KernelSet set{Isa::Scalar, {}};
+  KernelSet set{Isa::Scalar, {}, {}};
+  set.quantize[static_cast<uint32_t>(ActivationFormat::F32)] = scalar_quantize<ActivationFormat::F32>;
+  set.quantize[static_cast<uint32_t>(ActivationFormat::Q8_0)] = scalar_quantize<ActivationFormat::Q8_0>;
+  set.quantize[static_cast<uint32_t>(ActivationFormat::Q8_1)] = scalar_quantize<ActivationFormat::Q8_1>;
+  set.quantize[static_cast<uint32_t>(ActivationFormat::Q8_K)] = scalar_quantize<ActivationFormat::Q8_K>;
   set.tile[static_cast<uint32_t>(DType::F32)] = scalar_tile<DType::F32>;
   set.tile[static_cast<uint32_t>(DType::F16)] = scalar_tile<DType::F16>;
   set.tile[static_cast<uint32_t>(DType::BF16)] = scalar_tile<DType::BF16>;

@@ -77,10 +77,9 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
   const ActivationFormat format = activation_format(w.type);
   const size_t act_row_bytes = activation_row_bytes(format, n_in);
   AlignedBytes act = allocate_aligned(act_row_bytes * n_rows);
+  const QuantizeFn quantize = kernels.quantize[static_cast<uint32_t>(format)];
   const auto quantize_rows = [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) {
-      ref::quantize_activation_row(format, x + r * n_in, act.get() + r * act_row_bytes, n_in);
-    }
+    for (size_t r = first; r < last; ++r) quantize(x + r * n_in, act.get() + r * act_row_bytes, n_in);
   };
   if (n_rows <= kQuantizeRowsPerTask || pool.size() == 1) {
     quantize_rows(0, n_rows);
