@@ -17,6 +17,7 @@
 // given must not be touched by anyone else while it runs.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,9 +74,34 @@ struct ForwardSegment {
   bool replay = false;
 };
 
+// Test hook: makes one future forward throw InternalError part-way through,
+// after real KV writes, so tests can check the failure guarantees of the
+// layers above on a genuine partial write. Inert unless armed.
+class ForwardFaults {
+ public:
+  // The forward after `forwards_to_skip` further forwards fails once it has
+  // computed (and written the KV of) layer `after_layer`.
+  void arm(uint64_t forwards_to_skip, uint32_t after_layer) {
+    after_layer_.store(after_layer);
+    countdown_.store(static_cast<int64_t>(forwards_to_skip) + 1);
+  }
+  // Backends call this once at the start of each forward: the layer after
+  // which this forward must fail, or -1.
+  int64_t start_forward() {
+    if (countdown_.load() <= 0) return -1;
+    return countdown_.fetch_sub(1) == 1 ? static_cast<int64_t>(after_layer_.load()) : -1;
+  }
+
+ private:
+  std::atomic<int64_t> countdown_{0};
+  std::atomic<uint32_t> after_layer_{0};
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  ForwardFaults faults;  // tests only
 
   virtual const char* name() const = 0;
 

@@ -191,6 +191,14 @@ void init_engine(nb::module_& m) {
       .def_prop_ro("backend", [](const Engine& e) { return std::string(e.backend_name()); })
       .def_prop_ro("threads", &Engine::threads)
       .def(
+          "_arm_forward_fault",
+          [](Engine& e, uint64_t forwards_to_skip, uint32_t after_layer) {
+            e.faults().arm(forwards_to_skip, after_layer);
+          },
+          nb::arg("forwards_to_skip"), nb::arg("after_layer"),
+          "Tests only: the forward after `forwards_to_skip` more fails (InternalError) after layer "
+          "`after_layer` has written its KV.")
+      .def(
           "session",
           [](Engine& e, std::optional<int64_t> max_context) {
             int64_t n = max_context.value_or(

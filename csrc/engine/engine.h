@@ -55,6 +55,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // A process-unique id for a new session: its key in the decode rotation.
   uint64_t next_session_id() { return next_session_id_.fetch_add(1); }
 
+  // Tests only: see ForwardFaults.
+  ForwardFaults& faults() { return backend_->faults; }
+
  private:
   Engine() = default;
 

@@ -114,8 +114,9 @@ std::vector<bool> read_sliding_layers(const GgufFile& file, const Keys& keys, ui
     for (uint32_t il = 0; il < n_layer; ++il) sliding[il] = flags->uint_at(il) != 0;
     return sliding;
   }
-  uint32_t period = keys.count("attention.sliding_window_pattern", 1, kMaxLayers, 6);
-  for (uint32_t il = 0; il < n_layer; ++il) sliding[il] = (il % period) < period - 1;
+  // A period n makes layer il global when il % n == n - 1; 0 makes every layer local.
+  uint32_t period = keys.count("attention.sliding_window_pattern", 0, kMaxLayers, 6);
+  for (uint32_t il = 0; il < n_layer; ++il) sliding[il] = period == 0 || (il % period) < period - 1;
   return sliding;
 }
 
@@ -187,13 +188,12 @@ HParams HParams::from_gguf(const GgufFile& file) {
       if (hp.n_layer == 62 && hp.n_embd % hp.n_head == 0) {
         hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
       }
-      // Without a window (the key absent or 0) every layer is global, and
-      // the logits are soft-capped when the file gives a cap.
+      // The logits are soft-capped when the file gives a cap (Gemma 3's
+      // released configs give none). Without a window (the key absent or 0)
+      // every layer is global.
+      hp.final_logit_softcap = static_cast<float>(keys.non_negative("final_logit_softcapping"));
       hp.sliding_window = keys.count("attention.sliding_window", 0, std::numeric_limits<int32_t>::max(), 0);
-      if (hp.sliding_window == 0) {
-        hp.final_logit_softcap = static_cast<float>(keys.non_negative("final_logit_softcapping"));
-        break;
-      }
+      if (hp.sliding_window == 0) break;
       // Local layers rotate with their own base and no position scaling.
       double local_base = keys.positive("rope.freq_base_swa", 10000.0);
       std::vector<bool> sliding = read_sliding_layers(file, keys, hp.n_layer);

@@ -54,7 +54,7 @@ struct HParams {
   bool post_norms = false;    // gemma3: RMSNorm after attention and after the FFN
   float embd_scale = 1.0f;    // gemma3: sqrt(n_embd)
   float attn_scale = 1.0f;    // multiplies Q.K before the softmax
-  float final_logit_softcap = 0.0f;  // 0 = none; else cap * tanh(logit / cap) (gemma3 without window)
+  float final_logit_softcap = 0.0f;  // 0 = none; else cap * tanh(logit / cap) (gemma3)
 
   uint32_t sliding_window = 0;  // positions a local layer sees, itself included; 0 = none
   std::vector<LayerAttention> layers;

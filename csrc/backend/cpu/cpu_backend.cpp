@@ -160,7 +160,13 @@ void CpuBackend::forward(const std::vector<ForwardSegment>& segments) {
     }
   });
 
-  for (uint32_t il = 0; il < hp.n_layer; ++il) run_layer(il, segments, caches, n_rows);
+  const int64_t fail_after_layer = faults.start_forward();
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    run_layer(il, segments, caches, n_rows);
+    if (static_cast<int64_t>(il) == fail_after_layer) {
+      throw InternalError("[cpu backend] injected fault after layer " + std::to_string(il) + " (test hook)");
+    }
+  }
   compute_logits(segments);
 
   for (size_t s = 0; s < segments.size(); ++s) {

@@ -59,7 +59,9 @@ void NullBackend::forward(const std::vector<ForwardSegment>& segments) {
       throw InternalError("[null backend] forward: KV state of another backend");
     }
   }
+  const bool fail = faults.start_forward() >= 0;
   if (step_seconds_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_seconds_));
+  if (fail) throw InternalError("[null backend] injected fault (test hook)");
   for (const ForwardSegment& seg : segments) {
     auto* kv = static_cast<NullKvState*>(seg.kv);
     size_t last = seg.start + seg.n_tokens - 1;
