@@ -154,7 +154,8 @@ def test_prefix_logits_equal_the_rows_of_the_full_sequence(model_dir, arch):
     path = _model(model_dir, arch)
     full = reference_logits(path, TOKENS)
     assert np.allclose(reference_logits(path, TOKENS[:9]), full[:9], rtol=0, atol=1e-10)
-    assert np.allclose(reference_logits(path, TOKENS, last_only=True), full[-1:], rtol=0, atol=1e-10)
+    assert np.allclose(reference_logits(path, TOKENS, rows=slice(-1, None)), full[-1:], rtol=0, atol=1e-10)
+    assert np.allclose(reference_logits(path, TOKENS, rows=slice(5, 12)), full[5:12], rtol=0, atol=1e-10)
 
 
 def test_sliding_window_changes_only_positions_past_the_window(model_dir):
@@ -172,7 +173,7 @@ def test_one_local_layer_sees_exactly_the_last_window_tokens(model_dir):
     assert load_reference_model(path).config.local_layers == (True,)
     full = reference_logits(path, TOKENS, f16_kv=False)
     for t in (window - 1, window, 17, len(TOKENS) - 1):
-        alone = reference_logits(path, TOKENS[t - window + 1 : t + 1], f16_kv=False, last_only=True)[0]
+        alone = reference_logits(path, TOKENS[t - window + 1 : t + 1], f16_kv=False, rows=slice(-1, None))[0]
         assert np.allclose(full[t], alone, rtol=0, atol=1e-9), t
     # and the window is what makes it so: without it the last position sees every token
     unwindowed = _model(model_dir, "gemma3", n_layer=1, sliding_window=256)
