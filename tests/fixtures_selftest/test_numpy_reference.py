@@ -111,6 +111,20 @@ def test_config_follows_each_architectures_conventions(model_dir):
     assert gemma3.sliding_window == 16
 
 
+def test_gemma3_window_pattern_and_local_rope_base_come_from_the_file_when_present(model_dir):
+    period = load_reference_model(_model(model_dir, "gemma3", sliding_window_pattern=2)).config
+    assert period.local_layers == (True, False, True, False, True, False)
+    flags = (False, True, True, False, False, True)
+    listed = load_reference_model(_model(model_dir, "gemma3", sliding_window_pattern=flags)).config
+    assert listed.local_layers == flags
+    every = load_reference_model(_model(model_dir, "gemma3", sliding_window_pattern=0)).config
+    assert every.local_layers == (True,) * 6
+    base = load_reference_model(_model(model_dir, "gemma3", rope_freq_base_swa=500.0)).config
+    assert (base.rope_freq_base_local, base.rope_freq_base) == (500.0, 1e6)
+    no_window = load_reference_model(_model(model_dir, "gemma3", sliding_window=0)).config
+    assert no_window.local_layers == (False,) * 6
+
+
 def test_linear_rope_scaling_applies_to_global_layers_only(model_dir):
     cfg = load_reference_model(_model(model_dir, "gemma3", rope_scaling_factor=8.0)).config
     assert (cfg.rope_freq_scale, cfg.rope_freq_scale_local) == (0.125, 1.0)
