@@ -111,6 +111,20 @@ def test_config_follows_each_architectures_conventions(model_dir):
     assert gemma3.sliding_window == 16
 
 
+def test_gemma3_window_pattern_and_local_rope_base_come_from_the_file_when_present(model_dir):
+    period = load_reference_model(_model(model_dir, "gemma3", sliding_window_pattern=2)).config
+    assert period.local_layers == (True, False, True, False, True, False)
+    flags = (False, True, True, False, False, True)
+    listed = load_reference_model(_model(model_dir, "gemma3", sliding_window_pattern=flags)).config
+    assert listed.local_layers == flags
+    every = load_reference_model(_model(model_dir, "gemma3", sliding_window_pattern=0)).config
+    assert every.local_layers == (True,) * 6
+    base = load_reference_model(_model(model_dir, "gemma3", rope_freq_base_swa=500.0)).config
+    assert (base.rope_freq_base_local, base.rope_freq_base) == (500.0, 1e6)
+    no_window = load_reference_model(_model(model_dir, "gemma3", sliding_window=0)).config
+    assert no_window.local_layers == (False,) * 6
+
+
 def test_linear_rope_scaling_applies_to_global_layers_only(model_dir):
     cfg = load_reference_model(_model(model_dir, "gemma3", rope_scaling_factor=8.0)).config
     assert (cfg.rope_freq_scale, cfg.rope_freq_scale_local) == (0.125, 1.0)
@@ -154,7 +168,8 @@ def test_prefix_logits_equal_the_rows_of_the_full_sequence(model_dir, arch):
     path = _model(model_dir, arch)
     full = reference_logits(path, TOKENS)
     assert np.allclose(reference_logits(path, TOKENS[:9]), full[:9], rtol=0, atol=1e-10)
-    assert np.allclose(reference_logits(path, TOKENS, last_only=True), full[-1:], rtol=0, atol=1e-10)
+    assert np.allclose(reference_logits(path, TOKENS, rows=slice(-1, None)), full[-1:], rtol=0, atol=1e-10)
+    assert np.allclose(reference_logits(path, TOKENS, rows=slice(5, 12)), full[5:12], rtol=0, atol=1e-10)
 
 
 def test_sliding_window_changes_only_positions_past_the_window(model_dir):
@@ -172,7 +187,7 @@ def test_one_local_layer_sees_exactly_the_last_window_tokens(model_dir):
     assert load_reference_model(path).config.local_layers == (True,)
     full = reference_logits(path, TOKENS, f16_kv=False)
     for t in (window - 1, window, 17, len(TOKENS) - 1):
-        alone = reference_logits(path, TOKENS[t - window + 1 : t + 1], f16_kv=False, last_only=True)[0]
+        alone = reference_logits(path, TOKENS[t - window + 1 : t + 1], f16_kv=False, rows=slice(-1, None))[0]
         assert np.allclose(full[t], alone, rtol=0, atol=1e-9), t
     # and the window is what makes it so: without it the last position sees every token
     unwindowed = _model(model_dir, "gemma3", n_layer=1, sliding_window=256)
