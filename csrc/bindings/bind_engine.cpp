@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nb = nanobind;
 
@@ -190,6 +191,9 @@ void init_engine(nb::module_& m) {
       .def_prop_ro("path", [](const Engine& e) { return e.file().path(); })
       .def_prop_ro("backend", [](const Engine& e) { return std::string(e.backend_name()); })
       .def_prop_ro("threads", &Engine::threads)
+      .def_prop_ro(
+          "tokenizer", [](const Engine& e) { return std::const_pointer_cast<Tokenizer>(e.tokenizer()); },
+          "The model's tokenizer (immutable, shared).")
       .def(
           "_arm_forward_fault",
           [](Engine& e, uint64_t forwards_to_skip, uint32_t after_layer) {

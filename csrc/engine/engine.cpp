@@ -18,6 +18,7 @@ std::shared_ptr<Engine> Engine::open(const std::string& path, const EngineOption
   }
   std::shared_ptr<Engine> engine(new Engine());
   engine->model_ = Model::load(GgufFile::open(path));
+  engine->tokenizer_ = Tokenizer::from_gguf(*engine->model_->file);
   int threads = options.threads == 0 ? physical_core_count() : options.threads;
   engine->pool_ = std::make_shared<ThreadPool>(threads);
   if (kind == "null") {

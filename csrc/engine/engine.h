@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "engine/accelerator_scheduler.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace muser {
 
@@ -33,6 +34,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const GgufFile& file() const { return *model_->file; }
   const Model& model() const { return *model_; }
   const HParams& hparams() const { return model_->hparams; }
+  // The vocabulary's tokenizer, built once at open().
+  const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
   const char* backend_name() const { return backend_->name(); }
   int threads() const { return pool_->size(); }
 
@@ -62,6 +65,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine() = default;
 
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
   AcceleratorScheduler scheduler_;

