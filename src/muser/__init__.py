@@ -25,6 +25,7 @@ from muser import sampling
 from muser.sampling.params import SamplingParams
 from muser.types import GenerationChunk
 from muser.grammar import Grammar
+from muser.generation import astream, chat, generate, stream
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,10 @@ __all__ = [
     "SamplingParams",
     "GenerationChunk",
     "Grammar",
+    "astream",
+    "chat",
+    "generate",
+    "stream",
     "Cancelled",
     "ContextOverflow",
     "FetchError",

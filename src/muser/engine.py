@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -161,7 +162,7 @@ class Engine:
     Thread safety: share one engine between threads freely.
     """
 
-    __slots__ = ("_core", "__weakref__")
+    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "__weakref__")
 
     def __init__(
         self,
@@ -172,6 +173,11 @@ class Engine:
         null_step_seconds: float = 0.0,
     ) -> None:
         self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
+        # Lazily built, then immutable: the per-vocabulary tables generation
+        # needs, and the pool used when generate() is given this engine.
+        self._lock = threading.Lock()
+        self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
+        self._default_pool = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -247,6 +253,24 @@ class Engine:
     def token_types(self) -> list[int]:
         """GGUF token type per id: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte."""
         return self._core.tokenizer.token_types()
+
+    def vocabulary(self) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+        """``(token_bytes(), token_types())`` as tuples, built once and shared
+        (grammar tries and detokenizers key their caches on them)."""
+        with self._lock:
+            if self._vocab is None:
+                self._vocab = (tuple(self.token_bytes()), tuple(self.token_types()))
+            return self._vocab
+
+    def default_pool(self):
+        """The :class:`~muser.SlotPool` (4 slots) that ``muser.generate(engine, ...)``
+        uses, made on first use and shared by every such call."""
+        from muser.pool import SlotPool
+
+        with self._lock:
+            if self._default_pool is None:
+                self._default_pool = SlotPool(self, slots=4)
+            return self._default_pool
 
     @property
     def eog_ids(self) -> list[int]:

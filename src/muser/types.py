@@ -71,6 +71,8 @@ class GenerationChunk:
             "length", "cancelled" or "error".
         stop_string: the stop string that ended generation, if one did.
         timings: cumulative timings, when available.
+        index: which completion this chunk belongs to when one call asked for
+            several (``n`` > 1); 0 otherwise.
 
     Immutable, so safe to hand between threads. Construction raises ``ValueError``
     for an unknown finish reason or logprob lists that do not match ``token_ids``.
@@ -83,6 +85,7 @@ class GenerationChunk:
     finish_reason: FinishReason | None = None
     stop_string: str | None = None
     timings: GenerationTimings | None = None
+    index: int = 0
 
     def __post_init__(self) -> None:
         if self.finish_reason is not None and self.finish_reason not in _FINISH_REASONS:
