@@ -127,7 +127,7 @@ const std::vector<NamedSpec>& table() {
       s.patterns = {
           reinterpret_cast<const char*>(u8R"~('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))~"),
       };
-      add({"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum", "modern-bert", "exaone4", "mpt", "olmo", "jais"}, std::move(s));
+      add({"gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum", "modern-bert", "exaone4", "mpt", "olmo", "jais"}, std::move(s));
     }
     {
       PreTokenizerSpec s;

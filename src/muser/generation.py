@@ -123,16 +123,23 @@ class _Request:
     """One completion, produced on its own thread into a bounded channel."""
 
     def __init__(self, pool: SlotPool, tokens: list[int], options: _Options, seed: int | None,
-                 index: int, cancel: CancelToken) -> None:
+                 index: int, user_cancel: CancelToken | None) -> None:
         self.pool = pool
         self.engine = pool.engine
         self.tokens = tokens
         self.options = options
         self.seed = seed
         self.index = index
-        self.cancel = cancel
+        # The caller's token (shared by all n completions of a call) stops the
+        # request; our own token also stops it when the consumer goes away,
+        # without touching the caller's. Blocking waits in the core watch the
+        # caller's token when there is one.
+        self.user_cancel = user_cancel
+        self.own_cancel = CancelToken()
+        self.wait_cancel = user_cancel if user_cancel is not None else self.own_cancel
         self.channel: queue.Queue = queue.Queue(maxsize=CHANNEL_DEPTH)
         self.error: BaseException | None = None
+        self.stalled = False
         self.thread = threading.Thread(target=self._run, name=f"muser-request-{index}", daemon=True)
 
     def start(self) -> "_Request":
@@ -145,13 +152,25 @@ class _Request:
         try:
             self.channel.put(chunk, timeout=self.options.consumer_timeout)
         except queue.Full:
+            self.stalled = True
             raise Cancelled(
                 f"the consumer left the output channel full for {self.options.consumer_timeout:g} s"
             ) from None
 
+    def _cancelled(self) -> bool:
+        return self.own_cancel.cancelled or (self.user_cancel is not None and self.user_cancel.cancelled)
+
     def _run(self) -> None:
         try:
             self._generate()
+        except Cancelled as exc:
+            if self.stalled or not self._cancelled():
+                self.error = exc
+            else:  # the caller cancelled while we waited in the core: an ordinary end
+                try:
+                    self.channel.put_nowait(GenerationChunk("", finish_reason="cancelled", index=self.index))
+                except queue.Full:
+                    self.error = exc
         except BaseException as exc:  # handed to the consumer, re-raised there
             self.error = exc
         finally:
@@ -181,7 +200,7 @@ class _Request:
             constraint = options.grammar.constraint(token_bytes, engine.eog_ids)
         chain = make_sampler(options.params, self.seed, grammar=constraint, vocab=engine,
                              context_size=self.pool.max_context)
-        with self.pool.acquire(self.tokens, timeout=options.timeout, cancel=self.cancel) as slot:
+        with self.pool.acquire(self.tokens, timeout=options.timeout, cancel=self.wait_cancel) as slot:
             queued = time.perf_counter()
             rest = self.tokens[slot.reused_tokens:]
             for at in range(0, len(rest), PREFILL_PIECE):
@@ -208,7 +227,7 @@ class _Request:
     def _decode_loop(self, slot, chain, detok, stops, timings) -> None:
         options = self.options
         for step in range(options.max_tokens):
-            if self.cancel.cancelled:
+            if self._cancelled():
                 self._emit(GenerationChunk(stops.flush(), finish_reason="cancelled", index=self.index,
                                            timings=timings(step)))
                 return
@@ -245,7 +264,7 @@ class _Request:
 
     def abandon(self) -> None:
         """The consumer is gone: cancel and let the producer finish unblocked."""
-        self.cancel.cancel()
+        self.own_cancel.cancel()
         try:
             while True:
                 self.channel.get_nowait()
@@ -268,9 +287,8 @@ def _start(target: Target, prompt: str | Sequence[int], n: int, cancel: CancelTo
     tokens = _prompt_tokens(pool.engine, prompt, parse_special)
     if len(tokens) >= pool.max_context:
         raise ValueError(f"the prompt has {len(tokens)} tokens; the pool's max_context is {pool.max_context}")
-    token = cancel if cancel is not None else CancelToken()
     seeds = [None if options.seed is None else (options.seed + i) & 0xFFFFFFFF for i in range(n)]
-    return [_Request(pool, tokens, options, seeds[i], i, token).start() for i in range(n)]
+    return [_Request(pool, tokens, options, seeds[i], i, cancel).start() for i in range(n)]
 
 
 def _chunks(request: _Request) -> Iterator[GenerationChunk]:
