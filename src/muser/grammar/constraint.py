@@ -75,7 +75,8 @@ class GrammarConstraint:
         self._terminals = self._resolve_token_terminals()
         self._state = grammar.state()
         self._finished = False
-        self._mask_cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        # (automaton id, state) -> (mask, (allowed ids are few?, those ids or the disallowed ones))
+        self._mask_cache: OrderedDict[tuple[int, int], tuple[np.ndarray, tuple[bool, np.ndarray]]] = OrderedDict()
 
     def _resolve_token_terminals(self) -> tuple[tuple[frozenset[int], bool], ...]:
         out = []
@@ -145,7 +146,7 @@ class GrammarConstraint:
         cached = self._mask_cache.get(key)
         if cached is not None:
             self._mask_cache.move_to_end(key)
-            return cached
+            return cached[0]
         mask = allowed_tokens(self.trie, auto, sid).copy()
         st = auto.state(sid)
         if isinstance(st, KernelState) and st.tokens:
@@ -161,7 +162,10 @@ class GrammarConstraint:
         if len(self._eog_array):
             mask[self._eog_array] = self._state.can_end()
         mask.flags.writeable = False
-        self._mask_cache[key] = mask
+        # apply() writes whichever side is smaller: the allowed or the disallowed ids
+        allowed = np.flatnonzero(mask)
+        fill = (True, allowed) if len(allowed) * 2 < len(mask) else (False, np.flatnonzero(~mask))
+        self._mask_cache[key] = (mask, fill)
         if len(self._mask_cache) > _MASK_CACHE_SIZE:
             self._mask_cache.popitem(last=False)
         return mask
@@ -172,10 +176,18 @@ class GrammarConstraint:
             raise ValueError(
                 f"logits must be 1-D with at least {self.trie.n_tokens} entries, got shape {logits.shape}"
             )
-        mask = self.mask()
         n = self.trie.n_tokens
-        np.copyto(logits[:n], -np.inf, where=~mask)
-        if logits.shape[0] > n:
+        if self._finished:
+            logits[:] = -np.inf
+            return
+        self.mask()
+        _, (sparse, ids) = self._mask_cache[(id(self._state.automaton), self._state.state_id)]
+        if sparse:
+            keep = logits[ids]
+            logits[:] = -np.inf
+            logits[ids] = keep
+        else:
+            logits[ids] = -np.inf
             logits[n:] = -np.inf
 
     # ---------------------------------------------------------------- updates

@@ -199,7 +199,7 @@ def _lookup(automaton: Automaton, parent_states: np.ndarray, flat_index: np.ndar
     nxt = automaton.table.reshape(-1)[flat_index]
     unknown = nxt == UNKNOWN
     if unknown.any():
-        automaton.fill_many(np.unique(parent_states[unknown]))
+        automaton.fill_entries(parent_states[unknown], flat_index[unknown] & 0xFF)
         nxt[unknown] = automaton.table.reshape(-1)[flat_index[unknown]]
     return nxt
 
@@ -288,7 +288,7 @@ def accepts_token(trie: TokenTrie, automaton: Automaton, sid: int, token_id: int
     for byte in data:
         nxt = table.item(sid, byte) if sid < table.shape[0] else UNKNOWN
         if nxt == UNKNOWN:
-            nxt = int(automaton.fill(sid)[byte])
+            nxt = automaton.step(sid, byte)
             table = automaton.table
         if nxt == DEAD:
             return False
