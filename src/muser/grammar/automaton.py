@@ -5,17 +5,21 @@ How it works
 An Earley item is `(pd, origin)`: `pd` numbers a production with a dot position
 (advancing the dot is `pd + 1`), `origin` says where the production started.
 Instead of pointing at absolute input positions, an origin names an interned
-*context*: the set of items that were waiting on a nonterminal in the column
-where the production started (their own origins being contexts again). Two
-columns with the same waiting items behave identically for every later
-completion, so they are merged. A recognizer state is then identified by its
+*context*: the items of the starting column that were waiting on a nonterminal
+(their own origins being contexts again), restricted to those the items that
+start there can ever complete. Two columns with the same context behave
+identically for every later completion, so they are merged; and what the
+restriction drops (e.g. how many optional spaces preceded a value) cannot split
+identical futures into different states. A recognizer state is identified by its
 *kernel* (the items produced by the last scan); its closure (predict/complete)
 is computed once per distinct kernel and kept.
 
 Because states are interned, transitions can be memoized: `trans[state, byte]`
-is the next state (0 = dead), computed one whole row at a time on first use.
-The token-mask walk (token_mask.py) reads this table with NumPy over the whole
-vocabulary trie; the check-only path is a few table reads per token.
+is the next state (0 = dead). Rows are built lazily: bytes no item can start
+with are dead from the first touch, and each group of bytes with one outcome is
+computed when first read. The token-mask walk (token_mask.py) reads this table
+with NumPy over the whole vocabulary trie; the check-only path is a few table
+reads per token.
 
 Bytes, not code points, drive the table. Between the lead byte and the last
 continuation byte of a multi-byte UTF-8 sequence the state is a *partial* state
@@ -27,15 +31,17 @@ only counts the remaining bytes ("resolved"), so, e.g., all 3-byte characters
 inside a JSON string share a handful of states.
 
 Memory is bounded by the number of distinct states: for grammars written with
-repetition operators (`*`, `+`, `{m,n}`) a long output revisits the same states.
-Right recursion written by hand (`list ::= item list | item`) creates a new
-context per repetition, as in any Earley recognizer without Leo's optimization.
+repetition operators (`*`, `+`, `{m,n}`) a long output revisits the same states
+(a 125 kB JSON output settles at ~160 states). Right recursion written by hand
+(`list ::= item list | item`) needs a new context per repetition (memory grows
+linearly, as in any Earley recognizer); completion chains are memoized per
+(context, nonterminal), so the time per step stays constant.
 
-Thread safety: the tables are a cache owned by one `Grammar` and shared by every
-state made from it. Reads take no lock; filling a row, interning a state or
-growing the table happens under `self._lock`, and a grown table is published
-only after it holds every row, so a reader that holds an older table and sees
-`UNKNOWN` simply asks again under the lock.
+Thread safety: the tables are a cache owned by one grammar text and shared by
+every state made from it. Reads take no lock; computing a transition, interning
+a state or growing the table happens under `self._lock`, and a grown table is
+published only after it holds every row, so a reader that holds an older table
+and sees `UNKNOWN` simply asks again under the lock.
 """
 
 from __future__ import annotations

@@ -75,8 +75,8 @@ class GrammarConstraint:
         self._terminals = self._resolve_token_terminals()
         self._state = grammar.state()
         self._finished = False
-        # (automaton id, state) -> (mask, (allowed ids are few?, those ids or the disallowed ones))
-        self._mask_cache: OrderedDict[tuple[int, int], tuple[np.ndarray, tuple[bool, np.ndarray]]] = OrderedDict()
+        # state id -> (mask, (allowed ids are few?, those ids or else the disallowed ones))
+        self._mask_cache: OrderedDict[int, tuple[np.ndarray, tuple[bool, np.ndarray]]] = OrderedDict()
 
     def _resolve_token_terminals(self) -> tuple[tuple[frozenset[int], bool], ...]:
         out = []
@@ -142,7 +142,7 @@ class GrammarConstraint:
             return out
         auto = self._state.automaton
         sid = self._state.state_id
-        key = (id(auto), sid)
+        key = sid  # a constraint's state never changes automaton, so the id is enough
         cached = self._mask_cache.get(key)
         if cached is not None:
             self._mask_cache.move_to_end(key)
@@ -181,7 +181,7 @@ class GrammarConstraint:
             logits[:] = -np.inf
             return
         self.mask()
-        _, (sparse, ids) = self._mask_cache[(id(self._state.automaton), self._state.state_id)]
+        _, (sparse, ids) = self._mask_cache[self._state.state_id]
         if sparse:
             keep = logits[ids]
             logits[:] = -np.inf
