@@ -4,14 +4,17 @@
 caches it by content). Its nodes are numbered breadth first and, within a
 level, sorted by (parent, byte), so the children of a node are contiguous.
 
-`allowed_tokens(trie, state)` walks the trie from a recognizer state: each level
-looks up `transition[parent_state, byte]` for the children of the nodes still
-alive, in one vectorized gather (pruned: subtrees under a dead prefix are never
-visited). A token is allowed when the state at its node is alive. Transition
-rows the recognizer has not computed yet are filled in one batch per level.
+`allowed_tokens(trie, automaton, state)` walks the trie from a recognizer state:
+each level looks up `transition[parent_state, byte]` for the children of the
+nodes still alive, in one vectorized gather. The walk is pruned by what the
+recognizer allows next: a dead prefix is never expanded (levels with few live
+parents are walked sparsely; busy levels are gathered whole, where dead parents
+cost nothing). Transitions the recognizer has not computed yet are computed in
+one batch per level. Results are cached per (trie, state) in the automaton, so
+a state seen before (in this or an earlier generation) costs a lookup.
 
-`accepts_token(trie, state, token_id)` is the check-only fast path: a few table
-reads for one token.
+`accepts_token(trie, automaton, state, token_id)` is the check-only fast path:
+a few table reads for one token.
 """
 
 from __future__ import annotations
