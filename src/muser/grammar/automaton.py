@@ -61,7 +61,7 @@ DEAD = 0
 UNKNOWN = -1
 
 # Token masks (one bool per vocabulary entry) kept per automaton, across generations.
-MASK_CACHE_BYTES = 64 << 20
+MASK_CACHE_BYTES = 64 << 20  # ~2k dense masks of a 262k vocabulary (packed bits), more sparse ones
 
 _COMPLETE = 3  # pd kind: the dot is at the end of the production
 _SELF = -1  # item origin: "this very column" (only inside one closure or context key)
@@ -232,7 +232,7 @@ class Automaton:
 
         self._lock = threading.Lock()
         self._mask_lock = threading.Lock()
-        self._masks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._masks: OrderedDict[tuple[int, int], tuple[object, int]] = OrderedDict()
         self._mask_bytes = 0
         self._states: list[State] = [None]
         self._kernel_ids: dict[frozenset, int] = {}
@@ -252,24 +252,25 @@ class Automaton:
 
     # ------------------------------------------------------------ mask cache
 
-    def cached_mask(self, key: tuple[int, int]) -> np.ndarray | None:
+    def cached_mask(self, key: tuple[int, int]) -> object | None:
         """A token mask stored by `store_mask` (key: (trie serial, state id)), or None."""
         with self._mask_lock:
-            mask = self._masks.get(key)
-            if mask is not None:
-                self._masks.move_to_end(key)
-            return mask
+            entry = self._masks.get(key)
+            if entry is None:
+                return None
+            self._masks.move_to_end(key)
+            return entry[0]
 
-    def store_mask(self, key: tuple[int, int], mask: np.ndarray) -> None:
-        """Keep `mask` (read-only) for `key`; least recently used masks go past the byte budget."""
+    def store_mask(self, key: tuple[int, int], mask: object, nbytes: int) -> None:
+        """Keep `mask` (any immutable form, `nbytes` large) for `key`; least recently used go past the budget."""
         with self._mask_lock:
             if key in self._masks:
                 return
-            self._masks[key] = mask
-            self._mask_bytes += mask.nbytes
+            self._masks[key] = (mask, nbytes)
+            self._mask_bytes += nbytes
             while self._mask_bytes > MASK_CACHE_BYTES and len(self._masks) > 1:
-                _, old = self._masks.popitem(last=False)
-                self._mask_bytes -= old.nbytes
+                _, (_, old_bytes) = self._masks.popitem(last=False)
+                self._mask_bytes -= old_bytes
 
     # ------------------------------------------------------------ public reads
 

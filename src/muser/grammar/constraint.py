@@ -147,7 +147,7 @@ class GrammarConstraint:
         if cached is not None:
             self._mask_cache.move_to_end(key)
             return cached[0]
-        mask = allowed_tokens(self.trie, auto, sid).copy()
+        mask = allowed_tokens(self.trie, auto, sid)
         st = auto.state(sid)
         if isinstance(st, KernelState) and st.tokens:
             for term, _, _ in st.tokens:

@@ -213,17 +213,33 @@ def allowed_tokens(trie: TokenTrie, automaton: Automaton, sid: int) -> np.ndarra
     Only the byte walk: token-level terminals and end-of-generation are the
     caller's business (GrammarConstraint). A token may end inside a UTF-8
     character; it is allowed when that prefix can still be completed.
-    Results are cached per (trie, state) in the automaton (shared, bounded), so a
-    state seen before costs a dictionary lookup. The returned array is read-only.
+    Results are cached per (trie, state) in the automaton (shared, bounded by
+    bytes, kept compact: the allowed ids when they are few, else packed bits),
+    so a state seen before costs a lookup and an unpack. Returns a new array.
     """
     key = (trie.serial, sid)
     cached = automaton.cached_mask(key)
     if cached is not None:
-        return cached
+        return _expand_mask(cached, trie.n_tokens)
     mask = _walk(trie, automaton, sid)
-    mask.flags.writeable = False
-    automaton.store_mask(key, mask)
+    allowed = np.flatnonzero(mask)
+    if len(allowed) * 32 < trie.n_tokens:
+        compact: tuple = ("ids", allowed.astype(np.int32))
+        nbytes = compact[1].nbytes
+    else:
+        compact = ("bits", np.packbits(mask))
+        nbytes = compact[1].nbytes
+    automaton.store_mask(key, compact, nbytes)
     return mask
+
+
+def _expand_mask(compact: tuple, n_tokens: int) -> np.ndarray:
+    kind, data = compact
+    if kind == "ids":
+        mask = np.zeros(n_tokens, dtype=bool)
+        mask[data] = True
+        return mask
+    return np.unpackbits(data, count=n_tokens).view(bool)
 
 
 def _walk(trie: TokenTrie, automaton: Automaton, sid: int) -> np.ndarray:
