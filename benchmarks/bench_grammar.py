@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -125,17 +126,21 @@ def long_output(grammar: Grammar, trie: TokenTrie, eog: list[int], records: int)
     record = {"id": 123, "name": "record name", "tags": ["x", "y"], "value": 4.5, "ok": False}
     text = json.dumps({"rows": [dict(record, id=i) for i in range(records)]})
     tokens = greedy_tokenize(text.encode(), trie.token_bytes)
+    tracemalloc.start()
     gc = GrammarConstraint(grammar, trie, eog)
     auto = gc.state.automaton
     marks = {}
+    heap = {}
     t0 = time.perf_counter()
     for i, tok in enumerate(tokens):
         gc.accept(tok)
         if i + 1 in (len(tokens) // 10, len(tokens)):
             marks[i + 1] = auto.state_count
+            heap[i + 1] = tracemalloc.get_traced_memory()[0] / 2**20
     elapsed = time.perf_counter() - t0
+    tracemalloc.stop()
     return {
-        "bytes": len(text), "tokens": len(tokens), "states": marks,
+        "bytes": len(text), "tokens": len(tokens), "states": marks, "heap_mb": heap,
         "table_mb": auto.table.nbytes / 2**20, "us_per_token": elapsed / len(tokens) * 1e6,
         "can_end": gc.can_end(),
     }
@@ -199,9 +204,11 @@ def bench_vocab(name: str, vocab: list[bytes], eog: list[int], repeat: int) -> N
             statistics.mean(all_walks) + apply_s)
         print(f"estimated grammar cost at {rate:.0%} rejections, uncached masks: {per * 1e3:.3f} ms/token")
     lo = long_output(fresh_json_grammar(), trie, eog, records=1500)
-    print(f"long output: {lo['bytes']} bytes, {lo['tokens']} tokens, states {lo['states']} "
-          f"(after 10% / 100%), table {lo['table_mb']:.1f} MB, accept {lo['us_per_token']:.1f} µs/token, "
-          f"ends: {lo['can_end']}")
+    heap = ", ".join(f"{v:.2f}" for v in lo["heap_mb"].values())
+    print(f"long output: {lo['bytes']} bytes, {lo['tokens']} tokens; states after 10% / 100% of it: "
+          f"{', '.join(str(v) for v in lo['states'].values())}; Python heap allocated since the start "
+          f"after 10% / 100%: {heap} MB (table {lo['table_mb']:.1f} MB); accept {lo['us_per_token']:.1f} "
+          f"µs/token (tracemalloc on); ends: {lo['can_end']}")
 
 
 def main() -> None:

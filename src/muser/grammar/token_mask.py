@@ -23,11 +23,14 @@ import hashlib
 import itertools
 import threading
 from collections import OrderedDict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from muser.grammar.automaton import DEAD, UNKNOWN, Automaton
+
+if TYPE_CHECKING:
+    from muser.grammar.recognizer import GrammarState
 
 
 _TRIE_SERIALS = itertools.count(1)
@@ -118,6 +121,14 @@ class TokenTrie:
         ends = np.cumsum(counts)
         index = np.repeat(starts - (ends - counts), counts) + np.arange(total)
         return self.node_tokens[index]
+
+    def mask(self, state: "GrammarState") -> np.ndarray:
+        """`(n_tokens,) bool`: the tokens whose bytes `state` accepts next (see `allowed_tokens`)."""
+        return allowed_tokens(self, state.automaton, state.state_id)
+
+    def accepts_token(self, state: "GrammarState", token_id: int) -> bool:
+        """Whether `state` accepts the bytes of `token_id` next (the check-only fast path)."""
+        return accepts_token(self, state.automaton, state.state_id, token_id)
 
     # ---------------------------------------------------------------- cache
 
