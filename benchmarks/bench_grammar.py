@@ -14,6 +14,9 @@ sampler would:
          generation with a fresh Grammar, "warm" a second generation (shared cache)
 - apply: `apply(logits)` on a float32 vector given the mask
 
+Vocabularies are read with the test helper tests/unit/grammar/grammar_test_vocab.py
+(token texts -> bytes; control tokens -> b""), not with muser's tokenizer.
+
 Numbers are ms or µs per token (mean over the trace; min of --repeat runs for
 the walk). Also measured: how the recognizer's state table grows on a long
 output (states, MB), the bounded-state claim of the recognizer.
@@ -62,6 +65,23 @@ def traces(vocab: list[bytes]) -> list[list[int]]:
             text = json.dumps({"items": doc}, ensure_ascii=False, indent=2)
         out.append(greedy_tokenize(text.encode(), vocab))
     return out
+
+
+STATE_PREFIXES = [
+    ("start", ""),
+    ("after a brace", "{"),
+    ("inside a key", '{"na'),
+    ("value start", '{"name": '),
+    ("inside a string value", '{"name": "Al'),
+    ("inside a number", '{"n": 12'),
+    ("after a value", '{"n": 12, "b": true'),
+]
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def per_token(fn, tokens) -> float:
@@ -197,6 +217,14 @@ def bench_vocab(name: str, vocab: list[bytes], eog: list[int], repeat: int) -> N
     print(f"| walk without cache: mean / median / max (ms) | {ms(all_walks)} / "
           f"{statistics.median(all_walks) * 1e3:.3f} / {max(all_walks) * 1e3:.3f} |")
     print(f"| apply(logits) given the mask (ms) | {apply_s * 1e3:7.3f} |")
+    print("| uncached walk at a JSON state | allowed tokens | ms (min of repeats) |")
+    print("|---|---|---|")
+    for label, prefix in STATE_PREFIXES:
+        st = grammar.state()
+        st.accept_bytes(prefix.encode())
+        allowed = int(token_mask._walk(trie, st.automaton, st.state_id).sum())
+        best = min(_timed(lambda: token_mask._walk(trie, st.automaton, st.state_id)) for _ in range(repeat))
+        print(f"| {label} `{prefix}` | {allowed} | {best * 1e3:.3f} |")
     auto = grammar.automaton()
     print(f"states after the traces: {auto.state_count}, table {auto.table.nbytes / 2**20:.1f} MB")
     for rate in (0.05, 0.2):
