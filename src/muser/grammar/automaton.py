@@ -5,17 +5,21 @@ How it works
 An Earley item is `(pd, origin)`: `pd` numbers a production with a dot position
 (advancing the dot is `pd + 1`), `origin` says where the production started.
 Instead of pointing at absolute input positions, an origin names an interned
-*context*: the set of items that were waiting on a nonterminal in the column
-where the production started (their own origins being contexts again). Two
-columns with the same waiting items behave identically for every later
-completion, so they are merged. A recognizer state is then identified by its
+*context*: the items of the starting column that were waiting on a nonterminal
+(their own origins being contexts again), restricted to those the items that
+start there can ever complete. Two columns with the same context behave
+identically for every later completion, so they are merged; and what the
+restriction drops (e.g. how many optional spaces preceded a value) cannot split
+identical futures into different states. A recognizer state is identified by its
 *kernel* (the items produced by the last scan); its closure (predict/complete)
 is computed once per distinct kernel and kept.
 
 Because states are interned, transitions can be memoized: `trans[state, byte]`
-is the next state (0 = dead), computed one whole row at a time on first use.
-The token-mask walk (token_mask.py) reads this table with NumPy over the whole
-vocabulary trie; the check-only path is a few table reads per token.
+is the next state (0 = dead). Rows are built lazily: bytes no item can start
+with are dead from the first touch, and each group of bytes with one outcome is
+computed when first read. The token-mask walk (token_mask.py) reads this table
+with NumPy over the whole vocabulary trie; the check-only path is a few table
+reads per token.
 
 Bytes, not code points, drive the table. Between the lead byte and the last
 continuation byte of a multi-byte UTF-8 sequence the state is a *partial* state
@@ -27,15 +31,17 @@ only counts the remaining bytes ("resolved"), so, e.g., all 3-byte characters
 inside a JSON string share a handful of states.
 
 Memory is bounded by the number of distinct states: for grammars written with
-repetition operators (`*`, `+`, `{m,n}`) a long output revisits the same states.
-Right recursion written by hand (`list ::= item list | item`) creates a new
-context per repetition, as in any Earley recognizer without Leo's optimization.
+repetition operators (`*`, `+`, `{m,n}`) a long output revisits the same states
+(a 125 kB JSON output settles at ~160 states). Right recursion written by hand
+(`list ::= item list | item`) needs a new context per repetition (memory grows
+linearly, as in any Earley recognizer); completion chains are memoized per
+(context, nonterminal), so the time per step stays constant.
 
-Thread safety: the tables are a cache owned by one `Grammar` and shared by every
-state made from it. Reads take no lock; filling a row, interning a state or
-growing the table happens under `self._lock`, and a grown table is published
-only after it holds every row, so a reader that holds an older table and sees
-`UNKNOWN` simply asks again under the lock.
+Thread safety: the tables are a cache owned by one grammar text and shared by
+every state made from it. Reads take no lock; computing a transition, interning
+a state or growing the table happens under `self._lock`, and a grown table is
+published only after it holds every row, so a reader that holds an older table
+and sees `UNKNOWN` simply asks again under the lock.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from muser.errors import InternalError
 from muser.grammar.charset import CharSet
 from muser.grammar.flat_rules import CHAR, NONTERMINAL, TOKEN, FlatGrammar
 
@@ -54,7 +61,7 @@ DEAD = 0
 UNKNOWN = -1
 
 # Token masks (one bool per vocabulary entry) kept per automaton, across generations.
-MASK_CACHE_BYTES = 64 << 20
+MASK_CACHE_BYTES = 64 << 20  # ~2k dense masks of a 262k vocabulary (packed bits), more sparse ones
 
 _COMPLETE = 3  # pd kind: the dot is at the end of the production
 _SELF = -1  # item origin: "this very column" (only inside one closure or context key)
@@ -136,7 +143,7 @@ class _ScanPlan:
     code point decides ("exact").
     """
 
-    __slots__ = ("charsets", "ascii_groups", "leads", "_classified")
+    __slots__ = ("charsets", "ascii_groups", "ascii_group_of", "leads", "lead_of", "_classified")
 
     def __init__(self, charsets: list[CharSet]):
         self.charsets = charsets
@@ -145,28 +152,40 @@ class _ScanPlan:
     @classmethod
     def build(cls, charsets: list[CharSet]) -> "_ScanPlan":
         plan = cls(charsets)
-        groups: dict[int, list[int]] = {}
-        bits = [cs.ascii_bits for cs in charsets]
-        for byte in range(128):
-            match = 0
-            for i, b in enumerate(bits):
-                if (b >> byte) & 1:
-                    match |= 1 << i
-            if match:
-                groups.setdefault(match, []).append(byte)
-        plan.ascii_groups = tuple((m, list(b)) for m, b in groups.items())
-        leads = []
-        for byte, (remaining, payload, smallest) in _LEAD.items():
-            value = byte & payload
-            lo = max(value << (6 * remaining), smallest)
-            hi = ((value + 1) << (6 * remaining)) - 1
-            lo, hi = _clamp_valid(lo, hi)
-            if lo > hi:
+        # partition the 128 ASCII bytes (as bitmasks) by every set's ASCII part
+        groups = [((1 << 128) - 1, 0)]  # (bytes bitmask, matching sets bitmask)
+        for i, bits in enumerate(cs.ascii_bits for cs in charsets):
+            if not bits:
                 continue
-            kind, match = plan.classify(lo, hi, remaining)
-            if kind != _PARTIAL_DEAD:
-                leads.append((byte, match if kind == _PARTIAL_RESOLVED else 0, lo, hi, remaining))
+            refined = []
+            for members, match in groups:
+                inside, outside = members & bits, members & ~bits
+                if inside:
+                    refined.append((inside, match | (1 << i)))
+                if outside:
+                    refined.append((outside, match))
+            groups = refined
+        plan.ascii_groups = tuple(
+            (match, [b for b in range(128) if (members >> b) & 1]) for members, match in groups if match
+        )
+        plan.ascii_group_of = [-1] * 128
+        for index, (_, byte_list) in enumerate(plan.ascii_groups):
+            for byte in byte_list:
+                plan.ascii_group_of[byte] = index
+        leads = []
+        if any(cs.ranges and cs.ranges[-1][1] >= 0x80 for cs in charsets):
+            for byte, (remaining, payload, smallest) in _LEAD.items():
+                value = byte & payload
+                lo = max(value << (6 * remaining), smallest)
+                hi = ((value + 1) << (6 * remaining)) - 1
+                lo, hi = _clamp_valid(lo, hi)
+                if lo > hi:
+                    continue
+                kind, match = plan.classify(lo, hi, remaining)
+                if kind != _PARTIAL_DEAD:
+                    leads.append((byte, match if kind == _PARTIAL_RESOLVED else 0, lo, hi, remaining))
         plan.leads = tuple(leads)
+        plan.lead_of = {lead[0]: index for index, lead in enumerate(plan.leads)}
         return plan
 
     def classify(self, lo: int, hi: int, remaining: int) -> tuple[int, int]:
@@ -213,7 +232,7 @@ class Automaton:
 
         self._lock = threading.Lock()
         self._mask_lock = threading.Lock()
-        self._masks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._masks: OrderedDict[tuple[int, int], tuple[object, int]] = OrderedDict()
         self._mask_bytes = 0
         self._states: list[State] = [None]
         self._kernel_ids: dict[frozenset, int] = {}
@@ -223,7 +242,8 @@ class Automaton:
         self._plans: dict[tuple[int, ...], _ScanPlan] = {}
         self._ctx_memo: dict[tuple[int, frozenset], int] = {}
         self._completion_memo: dict[tuple[int, int], tuple[frozenset, bool]] = {}
-        self._filled: list[bool] = [True]
+        self._skeleton: list[bool] = [True]  # row initialised (impossible bytes set DEAD)
+        self._complete: list[bool] = [True]  # every entry of the row computed
         trans = np.full((256, 256), UNKNOWN, dtype=np.int32)
         trans[DEAD] = DEAD
         self._trans = trans
@@ -232,24 +252,25 @@ class Automaton:
 
     # ------------------------------------------------------------ mask cache
 
-    def cached_mask(self, key: tuple[int, int]) -> np.ndarray | None:
+    def cached_mask(self, key: tuple[int, int]) -> object | None:
         """A token mask stored by `store_mask` (key: (trie serial, state id)), or None."""
         with self._mask_lock:
-            mask = self._masks.get(key)
-            if mask is not None:
-                self._masks.move_to_end(key)
-            return mask
+            entry = self._masks.get(key)
+            if entry is None:
+                return None
+            self._masks.move_to_end(key)
+            return entry[0]
 
-    def store_mask(self, key: tuple[int, int], mask: np.ndarray) -> None:
-        """Keep `mask` (read-only) for `key`; least recently used masks go past the byte budget."""
+    def store_mask(self, key: tuple[int, int], mask: object, nbytes: int) -> None:
+        """Keep `mask` (any immutable form, `nbytes` large) for `key`; least recently used go past the budget."""
         with self._mask_lock:
             if key in self._masks:
                 return
-            self._masks[key] = mask
-            self._mask_bytes += mask.nbytes
+            self._masks[key] = (mask, nbytes)
+            self._mask_bytes += nbytes
             while self._mask_bytes > MASK_CACHE_BYTES and len(self._masks) > 1:
-                _, old = self._masks.popitem(last=False)
-                self._mask_bytes -= old.nbytes
+                _, (_, old_bytes) = self._masks.popitem(last=False)
+                self._mask_bytes -= old_bytes
 
     # ------------------------------------------------------------ public reads
 
@@ -270,37 +291,31 @@ class Automaton:
         return isinstance(st, KernelState) and st.can_end
 
     def row(self, sid: int) -> np.ndarray:
-        """All 256 transitions of `sid` (filled on first use)."""
+        """All 256 transitions of `sid` (computed on first use)."""
         trans = self._trans
-        if sid < trans.shape[0] and self._filled[sid]:
+        if sid < trans.shape[0] and self._complete[sid]:
             return trans[sid]
-        return self.fill(sid)
-
-    def step(self, sid: int, byte: int) -> int:
-        trans = self._trans
-        nxt = int(trans[sid, byte]) if sid < trans.shape[0] else UNKNOWN
-        if nxt == UNKNOWN:
-            nxt = int(self.fill(sid)[byte])
-        return nxt
-
-    def fill(self, sid: int) -> np.ndarray:
-        """Compute the transition row of `sid` if needed; return it."""
         with self._lock:
-            if not self._filled[sid]:
-                row = self._compute_row(sid)
-                self._trans[sid] = row  # after any growth done while computing
-                self._filled[sid] = True
+            for byte in range(256):
+                self._entry(sid, byte)
+            self._complete[sid] = True
             return self._trans[sid]
 
-    def fill_many(self, sids) -> None:
-        """Fill the rows of several states (the mask walk's cache misses) under one lock."""
+    def step(self, sid: int, byte: int) -> int:
+        """The state after `byte` from `sid` (DEAD if rejected)."""
+        trans = self._trans
+        nxt = trans.item(sid, byte) if sid < trans.shape[0] else UNKNOWN
+        if nxt == UNKNOWN:
+            with self._lock:
+                nxt = self._entry(sid, byte)
+        return nxt
+
+    def fill_entries(self, sids: np.ndarray, byte_values: np.ndarray) -> None:
+        """Compute the transitions (sids[i], byte_values[i]) the mask walk found unknown, under one lock."""
+        pairs = np.unique(sids.astype(np.int64) * 256 + byte_values)
         with self._lock:
-            for sid in sids:
-                sid = int(sid)
-                if not self._filled[sid]:
-                    row = self._compute_row(sid)
-                    self._trans[sid] = row
-                    self._filled[sid] = True
+            for pair in pairs.tolist():
+                self._entry(pair >> 8, pair & 0xFF)
 
     def token_step(self, sid: int, token_id: int, matches: TokenMatcher) -> int:
         """The state after a whole token consumed by token terminals (`<[id]>`, `!<[id]>`)."""
@@ -339,7 +354,8 @@ class Automaton:
     def _new_state(self, st: State) -> int:
         sid = len(self._states)
         self._states.append(st)
-        self._filled.append(False)
+        self._skeleton.append(False)
+        self._complete.append(False)
         trans = self._trans
         if sid >= trans.shape[0]:
             grown = np.full((trans.shape[0] * 2, 256), UNKNOWN, dtype=np.int32)
@@ -545,51 +561,69 @@ class Automaton:
             self._plans[charset_ids] = plan
         return plan
 
-    def _compute_row(self, sid: int) -> np.ndarray:
+    def _entry(self, sid: int, byte: int) -> int:
+        """transition[sid, byte], computing it (and the bytes that share its outcome) if unknown.
+
+        Rows are built lazily: the first touch of a state marks every byte no
+        item can start with as DEAD, then each group of bytes with the same
+        outcome (one ASCII class, one lead byte...) is computed when first asked
+        for, so a cold recognizer pays only for the bytes it actually reads.
+        Caller holds the lock.
+        """
+        if not self._skeleton[sid]:
+            self._build_skeleton(sid)
+        value = self._trans.item(sid, byte)
+        if value != UNKNOWN:
+            return value
+        st = self._states[sid]
+        if isinstance(st, KernelState):
+            plan = self._plan(tuple(ci for ci, _, _ in st.scan))
+            if byte < 0x80:
+                match, byte_list = plan.ascii_groups[plan.ascii_group_of[byte]]
+                nxt = self._advance(sid, st, [(pd, org) for i, (_, pd, org) in enumerate(st.scan) if (match >> i) & 1])
+                self._trans[sid, byte_list] = nxt
+                return nxt
+            _, match, lo, hi, remaining = plan.leads[plan.lead_of[byte]]
+            if match:
+                target = self._advance(sid, st, [(pd, org) for i, (_, pd, org) in enumerate(st.scan) if (match >> i) & 1])
+                nxt = DEAD if target == DEAD else self._intern_partial_resolved(target, remaining)
+            else:
+                nxt = self._exact_partial(sid, lo, hi, remaining)
+        elif isinstance(st, ExactPartialState):
+            nxt = DEAD
+            shift = 6 * (st.remaining - 1)
+            v = ((st.lo >> (6 * st.remaining)) << 6) | (byte & 0x3F)
+            lo = max(v << shift, st.lo)
+            hi = min(((v + 1) << shift) - 1, st.hi)
+            if lo <= hi:
+                base = self._states[st.base]
+                if st.remaining == 1:
+                    nxt = self._scan(st.base, base, lo)
+                else:
+                    nxt = self._make_partial(st.base, base, lo, hi, st.remaining - 1)
+        else:  # resolved partial states have complete skeletons
+            raise InternalError(f"unknown transition from state {sid} of kind {type(st).__name__}")
+        self._trans[sid, byte] = nxt
+        return nxt
+
+    def _build_skeleton(self, sid: int) -> None:
         st = self._states[sid]
         row = np.zeros(256, dtype=np.int32)
         if isinstance(st, KernelState):
-            self._kernel_row(st, sid, row)
+            if st.scan:
+                plan = self._plan(tuple(ci for ci, _, _ in st.scan))
+                for _, byte_list in plan.ascii_groups:
+                    row[byte_list] = UNKNOWN
+                for lead in plan.leads:
+                    row[lead[0]] = UNKNOWN
         elif isinstance(st, ResolvedPartialState):
-            nxt = st.target if st.remaining == 1 else self._intern_partial_resolved(st.target, st.remaining - 1)
-            row[0x80:0xC0] = nxt
+            row[0x80:0xC0] = (
+                st.target if st.remaining == 1 else self._intern_partial_resolved(st.target, st.remaining - 1)
+            )
         elif isinstance(st, ExactPartialState):
-            base = self._states[st.base]
-            shift = 6 * (st.remaining - 1)
-            value = st.lo >> (6 * st.remaining)
-            for byte in range(0x80, 0xC0):
-                v = (value << 6) | (byte & 0x3F)
-                lo = max(v << shift, st.lo)
-                hi = min(((v + 1) << shift) - 1, st.hi)
-                if lo > hi:
-                    continue
-                if st.remaining == 1:
-                    row[byte] = self._scan(st.base, base, lo)
-                else:
-                    row[byte] = self._make_partial(st.base, base, lo, hi, st.remaining - 1)
-        return row
-
-    def _kernel_row(self, st: KernelState, sid: int, row: np.ndarray) -> None:
-        if not st.scan:
-            return
-        plan = self._plan(tuple(ci for ci, _, _ in st.scan))
-        successor: dict[int, int] = {}  # match bitmask -> state
-
-        def after(match: int) -> int:
-            nxt = successor.get(match)
-            if nxt is None:
-                items = [(pd, org) for i, (_, pd, org) in enumerate(st.scan) if (match >> i) & 1]
-                nxt = successor[match] = self._advance(sid, st, items)
-            return nxt
-
-        for match, byte_list in plan.ascii_groups:
-            row[byte_list] = after(match)
-        for byte, match, lo, hi, remaining in plan.leads:
-            if match:
-                target = after(match)
-                row[byte] = DEAD if target == DEAD else self._intern_partial_resolved(target, remaining)
-            else:
-                row[byte] = self._exact_partial(sid, lo, hi, remaining)
+            row[0x80:0xC0] = UNKNOWN
+        self._trans[sid] = row  # after any growth done while computing
+        self._skeleton[sid] = True
 
     def _make_partial(self, base_id: int, base: KernelState, lo: int, hi: int, remaining: int) -> int:
         plan = self._plan(tuple(ci for ci, _, _ in base.scan))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from muser.grammar.automaton import Automaton
@@ -21,6 +22,47 @@ if TYPE_CHECKING:
 MAX_SHARED_STATES = 200_000
 
 
+class _TableHolder:
+    """The state table of one grammar text, replaced by a fresh one when it grows too big."""
+
+    def __init__(self, flat: FlatGrammar):
+        self._flat = flat
+        self._lock = threading.Lock()
+        self._automaton: Automaton | None = None
+
+    def current(self) -> Automaton:
+        with self._lock:
+            auto = self._automaton
+            if auto is None or auto.state_count > MAX_SHARED_STATES:
+                auto = Automaton(self._flat)  # states already handed out keep the old one
+                self._automaton = auto
+            return auto
+
+
+class _SharedTables:
+    """State tables of recently built grammars, keyed by (text, root): a request that
+    builds `Grammar.from_json_schema(same_schema)` again starts warm. Bounded, locked."""
+
+    def __init__(self, max_entries: int):
+        self._max = max_entries
+        self._lock = threading.Lock()
+        self._holders: OrderedDict[tuple[str, str], _TableHolder] = OrderedDict()
+
+    def holder(self, text: str, root: str, flat: FlatGrammar) -> _TableHolder:
+        key = (text, root)
+        with self._lock:
+            found = self._holders.get(key)
+            if found is None:
+                found = self._holders[key] = _TableHolder(flat)
+            self._holders.move_to_end(key)
+            while len(self._holders) > self._max:
+                self._holders.popitem(last=False)
+            return found
+
+
+_SHARED_TABLES = _SharedTables(max_entries=16)
+
+
 class Grammar:
     """A context-free grammar in llama.cpp's GBNF dialect.
 
@@ -36,7 +78,8 @@ class Grammar:
     (`grammar.state()`) or a `GrammarConstraint` (`grammar.constraint(...)`),
     which must each be used by one thread at a time. Internally the grammar
     keeps a lazily built, lock-protected table of recognizer states that all its
-    states share, so a second generation with the same grammar starts warm.
+    states share (and that grammars with the same text share: a few recent ones
+    are kept), so a second generation with the same grammar starts warm.
 
     Failure: a malformed grammar raises `muser.GrammarError` whose message starts
     with `line L, column C:` (also available as `.line` / `.column`).
@@ -47,8 +90,7 @@ class Grammar:
         self._text = gbnf_text
         self._root = root
         self._flat: FlatGrammar = flatten(parse_gbnf(gbnf_text, root))
-        self._automaton_lock = threading.Lock()
-        self._automaton: Automaton | None = None
+        self._tables = _SHARED_TABLES.holder(gbnf_text, root, self._flat)
 
     # ------------------------------------------------------------ constructors
 
@@ -100,12 +142,7 @@ class Grammar:
 
     def automaton(self) -> Automaton:
         """The shared state table new states start from (internal; thread safe)."""
-        with self._automaton_lock:
-            auto = self._automaton
-            if auto is None or auto.state_count > MAX_SHARED_STATES:
-                auto = Automaton(self._flat)
-                self._automaton = auto
-            return auto
+        return self._tables.current()
 
     # ------------------------------------------------------------ use
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from muser.grammar.automaton import DEAD, Automaton, KernelState, TokenMatcher
+from muser.grammar.automaton import DEAD, UNKNOWN, Automaton, KernelState, TokenMatcher
 
 if TYPE_CHECKING:
     from muser.grammar.grammar import Grammar
@@ -53,9 +53,9 @@ class GrammarState:
         auto = self._automaton
         trans = auto.table
         for byte in bytes(data):
-            nxt = int(trans[sid, byte]) if sid < trans.shape[0] else -1
-            if nxt < 0:
-                nxt = int(auto.fill(sid)[byte])
+            nxt = trans.item(sid, byte) if sid < trans.shape[0] else UNKNOWN
+            if nxt == UNKNOWN:
+                nxt = auto.step(sid, byte)
                 trans = auto.table
             if nxt == DEAD:
                 return False
@@ -95,6 +95,9 @@ class GrammarState:
         """
         auto = self._automaton
         sid = self._sid
+        st = auto.state(sid)
+        if matches is None or not isinstance(st, KernelState) or not st.tokens:
+            return bool(piece) and self.accept_bytes(piece)  # the common case: text only
         by_bytes = DEAD
         if piece:
             probe = GrammarState(self.grammar, auto, sid)

@@ -4,14 +4,17 @@
 caches it by content). Its nodes are numbered breadth first and, within a
 level, sorted by (parent, byte), so the children of a node are contiguous.
 
-`allowed_tokens(trie, state)` walks the trie from a recognizer state: each level
-looks up `transition[parent_state, byte]` for the children of the nodes still
-alive, in one vectorized gather (pruned: subtrees under a dead prefix are never
-visited). A token is allowed when the state at its node is alive. Transition
-rows the recognizer has not computed yet are filled in one batch per level.
+`allowed_tokens(trie, automaton, state)` walks the trie from a recognizer state:
+each level looks up `transition[parent_state, byte]` for the children of the
+nodes still alive, in one vectorized gather. The walk is pruned by what the
+recognizer allows next: a dead prefix is never expanded (levels with few live
+parents are walked sparsely; busy levels are gathered whole, where dead parents
+cost nothing). Transitions the recognizer has not computed yet are computed in
+one batch per level. Results are cached per (trie, state) in the automaton, so
+a state seen before (in this or an earlier generation) costs a lookup.
 
-`accepts_token(trie, state, token_id)` is the check-only fast path: a few table
-reads for one token.
+`accepts_token(trie, automaton, state, token_id)` is the check-only fast path:
+a few table reads for one token.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import hashlib
 import itertools
 import threading
 from collections import OrderedDict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from muser.grammar.automaton import DEAD, UNKNOWN, Automaton
+
+if TYPE_CHECKING:
+    from muser.grammar.recognizer import GrammarState
 
 
 _TRIE_SERIALS = itertools.count(1)
@@ -116,6 +122,14 @@ class TokenTrie:
         index = np.repeat(starts - (ends - counts), counts) + np.arange(total)
         return self.node_tokens[index]
 
+    def mask(self, state: "GrammarState") -> np.ndarray:
+        """`(n_tokens,) bool`: the tokens whose bytes `state` accepts next (see `allowed_tokens`)."""
+        return allowed_tokens(self, state.automaton, state.state_id)
+
+    def accepts_token(self, state: "GrammarState", token_id: int) -> bool:
+        """Whether `state` accepts the bytes of `token_id` next (the check-only fast path)."""
+        return accepts_token(self, state.automaton, state.state_id, token_id)
+
     # ---------------------------------------------------------------- cache
 
     @classmethod
@@ -199,7 +213,7 @@ def _lookup(automaton: Automaton, parent_states: np.ndarray, flat_index: np.ndar
     nxt = automaton.table.reshape(-1)[flat_index]
     unknown = nxt == UNKNOWN
     if unknown.any():
-        automaton.fill_many(np.unique(parent_states[unknown]))
+        automaton.fill_entries(parent_states[unknown], flat_index[unknown] & 0xFF)
         nxt[unknown] = automaton.table.reshape(-1)[flat_index[unknown]]
     return nxt
 
@@ -210,17 +224,33 @@ def allowed_tokens(trie: TokenTrie, automaton: Automaton, sid: int) -> np.ndarra
     Only the byte walk: token-level terminals and end-of-generation are the
     caller's business (GrammarConstraint). A token may end inside a UTF-8
     character; it is allowed when that prefix can still be completed.
-    Results are cached per (trie, state) in the automaton (shared, bounded), so a
-    state seen before costs a dictionary lookup. The returned array is read-only.
+    Results are cached per (trie, state) in the automaton (shared, bounded by
+    bytes, kept compact: the allowed ids when they are few, else packed bits),
+    so a state seen before costs a lookup and an unpack. Returns a new array.
     """
     key = (trie.serial, sid)
     cached = automaton.cached_mask(key)
     if cached is not None:
-        return cached
+        return _expand_mask(cached, trie.n_tokens)
     mask = _walk(trie, automaton, sid)
-    mask.flags.writeable = False
-    automaton.store_mask(key, mask)
+    allowed = np.flatnonzero(mask)
+    if len(allowed) * 32 < trie.n_tokens:
+        compact: tuple = ("ids", allowed.astype(np.int32))
+        nbytes = compact[1].nbytes
+    else:
+        compact = ("bits", np.packbits(mask))
+        nbytes = compact[1].nbytes
+    automaton.store_mask(key, compact, nbytes)
     return mask
+
+
+def _expand_mask(compact: tuple, n_tokens: int) -> np.ndarray:
+    kind, data = compact
+    if kind == "ids":
+        mask = np.zeros(n_tokens, dtype=bool)
+        mask[data] = True
+        return mask
+    return np.unpackbits(data, count=n_tokens).view(bool)
 
 
 def _walk(trie: TokenTrie, automaton: Automaton, sid: int) -> np.ndarray:
@@ -288,7 +318,7 @@ def accepts_token(trie: TokenTrie, automaton: Automaton, sid: int, token_id: int
     for byte in data:
         nxt = table.item(sid, byte) if sid < table.shape[0] else UNKNOWN
         if nxt == UNKNOWN:
-            nxt = int(automaton.fill(sid)[byte])
+            nxt = automaton.step(sid, byte)
             table = automaton.table
         if nxt == DEAD:
             return False

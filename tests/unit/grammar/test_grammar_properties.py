@@ -233,3 +233,23 @@ def test_generation_under_a_schema_grammar_validates_when_it_ends(schema, seed):
     assert grammar.state().accept_bytes(text)
     if ended:
         validate(json.loads(text.decode("utf-8")), schema)
+
+
+# ------------------------------------------------------------------ robustness
+
+GBNF_PIECES = ['root ::= ', 'a ::= ', '"x"', '"', "[a-z]", "[^", "]", "(", ")", "|", "*", "+", "?", "{2,3}",
+               "{", "}", "a", "root", " ", "\n", "# c\n", "\\x4", "\\u00e9", "\\", ".", "<[5]>", "!", "<t>", "::="]
+
+
+@settings(deadline=None, max_examples=300)
+@given(pieces=st.lists(st.sampled_from(GBNF_PIECES), max_size=14), text=st.text(max_size=6))
+def test_any_grammar_text_parses_or_raises_grammar_error(pieces, text):
+    from muser.errors import GrammarError
+
+    source = "".join(pieces)
+    try:
+        grammar = Grammar(source)
+    except GrammarError as err:
+        assert err.line >= 1 and err.column >= 1
+        return
+    grammar.matches(text)  # and a grammar that parses can be run

@@ -87,6 +87,16 @@ def test_mask_equals_checking_every_token_by_itself(grammar, text):
             assert accepts_token(trie, st.automaton, st.state_id, tid) == expected[tid]
 
 
+def test_trie_methods_take_a_grammar_state():
+    trie = TokenTrie(SMALL_VOCAB)
+    st = Grammar('root ::= "tr" "ux"?').state()
+    mask = trie.mask(st)
+    assert mask[SMALL_VOCAB.index(b"t")] and not mask[SMALL_VOCAB.index(b"true")]
+    st.accept_bytes(b"tr")
+    assert trie.accepts_token(st, SMALL_VOCAB.index(b"u"))
+    assert not trie.accepts_token(st, SMALL_VOCAB.index(b"e+"))
+
+
 def test_tokens_ending_inside_a_character_are_allowed_when_it_can_complete():
     g = Grammar('root ::= "日本"')
     trie = TokenTrie(SMALL_VOCAB)
