@@ -130,16 +130,15 @@ void Tokenizer::encode_spm_word(const std::string& text, size_t begin, size_t en
     encode_spm_part(text, begin, end, out, memo);
     return;
   }
-  const auto hit = memo.words.find(std::string(word));
-  if (hit != memo.words.end()) {
-    const auto [first, count] = hit->second;
+  if (const auto* hit = memo.find_word(word)) {
+    const auto [first, count] = *hit;
     out.reserve(out.size() + count);
     for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
     return;
   }
   const size_t before = out.size();
   encode_spm_part(text, begin, end, out, memo);
-  memo.words.emplace(std::string(word), std::make_pair(before, out.size() - before));
+  memo.store_word(word, before, out.size() - before);
 }
 
 void Tokenizer::encode_spm_part(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
