@@ -168,3 +168,11 @@ def test_long_whitespace_runs_tokenize_in_linear_time(tail):
     text = " " * 200_000 + tail
     ids = tok.encode(text, add_special=False)
     assert b"".join(tok.piece(i) for i in ids) == text.encode()
+
+
+def test_phi3_special_tokens_swallow_the_whitespace_after_them():
+    # llama.cpp gives every special token of a model named "phi3" the rstrip
+    # attribute; the text after a special token gets the SentencePiece space prefix.
+    tok = load("phi-3")
+    ids = tok.encode("<|user|>\nHi<|end|>\n<|assistant|>", add_special=False, parse_special=True)
+    assert [tok.token_text(i) for i in ids] == [b"<|user|>", "\u2581Hi".encode(), b"<|end|>", b"<|assistant|>"]
