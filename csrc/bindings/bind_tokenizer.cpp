@@ -126,6 +126,8 @@ void init_tokenizer(nb::module_& m) {
           "Effective GGUF token type of every id: 1 normal, 2 unknown, 3 control, 4 user-defined,\n"
           "5 unused, 6 byte (0 undefined), after llama.cpp's load-time corrections.")
       .def("is_eog", &Tokenizer::is_eog, nb::arg("id"), "Whether the id ends generation.")
+      .def_static("known_pre_tokenizers", &pretok::known_pre_tokenizer_names,
+                  "Every tokenizer.ggml.pre value supported for byte-level BPE vocabularies.")
       .def_prop_ro("n_vocab", &Tokenizer::n_vocab)
       .def_prop_ro("bos_id", &Tokenizer::bos_id, "-1 when absent")
       .def_prop_ro("eos_id", &Tokenizer::eos_id, "-1 when absent")

@@ -83,66 +83,64 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
                                 std::vector<int32_t>& out, std::vector<BpeSymbol>& symbols,
                                 std::vector<BpeBigram>& heap, std::string& encoded) const {
   const uint32_t word_length = word_end - word_begin;
-  {
-    if (ignore_merges_) {
-      // Words that are tokens as a whole skip merging (llama3-style vocabularies).
-      encoded.clear();
-      for (uint32_t i = word_begin; i < word_end; ++i) encoded += byte_level::utf8_of_byte(static_cast<uint8_t>(clean[i]));
-      const int32_t id = text_to_id_.find(encoded);
-      if (id >= 0) {
-        out.push_back(id);
-        return;
-      }
+  if (ignore_merges_) {
+    // Words that are tokens as a whole skip merging (llama3-style vocabularies).
+    encoded.clear();
+    for (uint32_t i = word_begin; i < word_end; ++i) encoded += byte_level::utf8_of_byte(static_cast<uint8_t>(clean[i]));
+    const int32_t id = text_to_id_.find(encoded);
+    if (id >= 0) {
+      out.push_back(id);
+      return;
     }
-    symbols.clear();
-    for (uint32_t i = 0; i < word_length; ++i) {
-      const int32_t index = static_cast<int32_t>(i);
-      symbols.push_back(BpeSymbol{word_begin + i, 1, index - 1, i + 1 == word_length ? -1 : index + 1,
-                                  byte_char_token_[static_cast<uint8_t>(clean[word_begin + i])]});
-    }
-    heap.clear();
-    auto try_add = [&](int32_t left, int32_t right) {
-      if (left < 0 || right < 0) return;
-      const int32_t left_id = symbols[left].id;
-      const int32_t right_id = symbols[right].id;
-      if (left_id < 0 || right_id < 0) return;
-      const MergeMap::Merge m = merges_.find(left_id, right_id);
-      if (m.rank < 0) return;
-      heap.push_back(BpeBigram{m.rank, left, right, left_id, right_id, m.result});
-      std::push_heap(heap.begin(), heap.end(), BpeBigramOrder{});
-    };
-    for (int32_t i = 1; i < static_cast<int32_t>(word_length); ++i) try_add(i - 1, i);
+  }
+  symbols.clear();
+  for (uint32_t i = 0; i < word_length; ++i) {
+    const int32_t index = static_cast<int32_t>(i);
+    symbols.push_back(BpeSymbol{word_begin + i, 1, index - 1, i + 1 == word_length ? -1 : index + 1,
+                                byte_char_token_[static_cast<uint8_t>(clean[word_begin + i])]});
+  }
+  heap.clear();
+  auto try_add = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const int32_t left_id = symbols[left].id;
+    const int32_t right_id = symbols[right].id;
+    if (left_id < 0 || right_id < 0) return;
+    const MergeMap::Merge m = merges_.find(left_id, right_id);
+    if (m.rank < 0) return;
+    heap.push_back(BpeBigram{m.rank, left, right, left_id, right_id, m.result});
+    std::push_heap(heap.begin(), heap.end(), BpeBigramOrder{});
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(word_length); ++i) try_add(i - 1, i);
 
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), BpeBigramOrder{});
-      const BpeBigram bigram = heap.back();
-      heap.pop_back();
-      BpeSymbol& left = symbols[bigram.left];
-      BpeSymbol& right = symbols[bigram.right];
-      // Stale: a side was merged away or changed since the pair was queued.
-      if (left.length == 0 || right.length == 0 || left.id != bigram.left_id || right.id != bigram.right_id) continue;
-      left.length += right.length;
-      left.id = bigram.result;
-      right.length = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[right.next].prev = bigram.left;
-      try_add(left.prev, bigram.left);
-      try_add(bigram.left, left.next);
-    }
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), BpeBigramOrder{});
+    const BpeBigram bigram = heap.back();
+    heap.pop_back();
+    BpeSymbol& left = symbols[bigram.left];
+    BpeSymbol& right = symbols[bigram.right];
+    // Stale: a side was merged away or changed since the pair was queued.
+    if (left.length == 0 || right.length == 0 || left.id != bigram.left_id || right.id != bigram.right_id) continue;
+    left.length += right.length;
+    left.id = bigram.result;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = bigram.left;
+    try_add(left.prev, bigram.left);
+    try_add(bigram.left, left.next);
+  }
 
-    for (int32_t i = 0; i != -1; i = symbols[i].next) {
-      const BpeSymbol& s = symbols[i];
-      if (s.id >= 0) {
-        out.push_back(s.id);
-        continue;
-      }
-      // A character with no token: llama.cpp tries each byte of its UTF-8
-      // as a one-byte token and drops the bytes that are not tokens.
-      for (uint32_t k = s.start; k < s.start + s.length; ++k) {
-        for (char c : byte_level::utf8_of_byte(static_cast<uint8_t>(clean[k]))) {
-          const int32_t id = text_to_id_.find(&c, 1);
-          if (id >= 0) out.push_back(id);
-        }
+  for (int32_t i = 0; i != -1; i = symbols[i].next) {
+    const BpeSymbol& s = symbols[i];
+    if (s.id >= 0) {
+      out.push_back(s.id);
+      continue;
+    }
+    // A character with no token: llama.cpp tries each byte of its UTF-8
+    // as a one-byte token and drops the bytes that are not tokens.
+    for (uint32_t k = s.start; k < s.start + s.length; ++k) {
+      for (char c : byte_level::utf8_of_byte(static_cast<uint8_t>(clean[k]))) {
+        const int32_t id = text_to_id_.find(&c, 1);
+        if (id >= 0) out.push_back(id);
       }
     }
   }

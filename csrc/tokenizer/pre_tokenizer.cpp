@@ -326,6 +326,10 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
   const size_t n = s.code_points.size();
   s.byte_offset.push_back(static_cast<uint32_t>(clean.size()));
   if (n == 0) return;
+  // Ordinary text takes tens of steps per character and regex; the limit
+  // is a safety net against pathological backtracking.
+  s.regex.steps = 0;
+  s.regex.step_limit = 100'000'000ull + 1'000ull * n * regexes_.size();
 
   bool have_collapsed = false, have_wide = false;
   s.pieces.assign(1, {0u, static_cast<uint32_t>(n)});

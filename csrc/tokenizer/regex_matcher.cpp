@@ -377,6 +377,8 @@ Regex::Regex(std::string_view pattern_utf8) : pattern_(pattern_utf8) {
     emit(*node);
     program_.push_back(Inst{Op::Match});
   }
+  trailing_run_ = program_.size() >= 3 && program_[0].op == Op::Run && program_[0].min >= 1 &&
+                  program_[0].max == kUnbounded && program_[1].op == Op::AssertEnd && program_[2].op == Op::Match;
   const FirstInfo info = first_info(*root, sets_);
   first_any_ = info.nullable;
   first_ = info.first;
@@ -518,6 +520,10 @@ bool Regex::run(int32_t start_pc, const uint32_t* symbols, size_t begin, size_t 
     while (true) {
       const Inst& in = program_[pc];
       bool ok = true;
+      if (++scratch.steps > scratch.step_limit) {
+        throw InvalidArgument(format_where("tokenizer", "the pre-tokenizer pattern needs too much backtracking on this "
+                                                        "text (pattern '" + pattern_ + "')"));
+      }
       switch (in.op) {
         case Op::Set:
           ok = pos < end && sets_[in.x].contains(symbols[pos]);
@@ -575,6 +581,16 @@ bool Regex::run(int32_t start_pc, const uint32_t* symbols, size_t begin, size_t 
 
 bool Regex::search(const uint32_t* symbols, size_t begin, size_t end, size_t from, size_t& match_begin,
                    size_t& match_end, RegexScratch& scratch) const {
+  if (trailing_run_) {
+    // Leftmost start s >= from with symbols[s, end) all in the set.
+    const SymbolSet& set = sets_[program_[0].x];
+    size_t s = end;
+    while (s > from && set.contains(symbols[s - 1])) --s;
+    if (end - s < program_[0].min) return false;
+    match_begin = s;
+    match_end = end;
+    return true;
+  }
   for (size_t start = from; start < end; ++start) {
     const uint32_t s = symbols[start];
     if (!first_any_ && s < 256 && !first_.contains(s)) continue;

@@ -63,6 +63,11 @@ struct RegexScratch {
     size_t min_pos;
   };
   std::vector<Frame> stack;
+  // Instruction steps taken, and the most allowed (backtracking on
+  // adversarial input can be quadratic; past the limit search() throws
+  // InvalidArgument instead of running for minutes).
+  uint64_t steps = 0;
+  uint64_t step_limit = UINT64_MAX;
 };
 
 class Regex {
@@ -107,6 +112,9 @@ class Regex {
   // start with anything (nullable, lookahead first, or high symbols).
   SymbolSet first_;
   bool first_any_ = true;
+  // The whole pattern is X+$ for a set X (deepseek-llm's \s+$): searched by
+  // one backward scan instead of backtracking, which would be quadratic.
+  bool trailing_run_ = false;
   std::vector<std::pair<const Node*, int32_t>> pending_looks_;
 };
 

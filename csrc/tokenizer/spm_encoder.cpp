@@ -89,17 +89,22 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out, SpmM
     encode_spm_part(text, 0, text.size(), out, memo);
     return;
   }
-  // Byte ranges no split may fall inside: occurrences of tokens with an inner space.
+  // Byte ranges no split may fall inside: occurrences of tokens with an
+  // inner space, sorted by start. Candidate positions only increase, so one
+  // sweep tracks the furthest end among ranges that start before them.
   std::vector<std::pair<size_t, size_t>> keep_whole;
   for (int32_t id : spm_space_spanning_) {
     const std::string_view t = token_text(id);
     for (size_t p = text.find(t); p != std::string::npos; p = text.find(t, p + 1)) keep_whole.emplace_back(p, p + t.size());
   }
+  std::sort(keep_whole.begin(), keep_whole.end());
+  size_t next_range = 0, covered_until = 0;
   auto splittable = [&](size_t pos) {
-    for (const auto& [b, e] : keep_whole) {
-      if (b < pos && pos < e) return false;
+    while (next_range < keep_whole.size() && keep_whole[next_range].first < pos) {
+      covered_until = std::max(covered_until, keep_whole[next_range].second);
+      ++next_range;
     }
-    return true;
+    return pos >= covered_until;
   };
 
   size_t word_start = 0;
@@ -125,16 +130,15 @@ void Tokenizer::encode_spm_word(const std::string& text, size_t begin, size_t en
     encode_spm_part(text, begin, end, out, memo);
     return;
   }
-  const auto hit = memo.words.find(std::string(word));
-  if (hit != memo.words.end()) {
-    const auto [first, count] = hit->second;
+  if (const auto* hit = memo.find_word(word)) {
+    const auto [first, count] = *hit;
     out.reserve(out.size() + count);
     for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
     return;
   }
   const size_t before = out.size();
   encode_spm_part(text, begin, end, out, memo);
-  memo.words.emplace(std::string(word), std::make_pair(before, out.size() - before));
+  memo.store_word(word, before, out.size() - before);
 }
 
 void Tokenizer::encode_spm_part(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,

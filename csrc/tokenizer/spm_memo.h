@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -31,7 +32,15 @@ class SpmMemo {
   void store_pair(int32_t a, int32_t b, int32_t result) { pairs_[pair_index(a, b)] = PairEntry{a, b, result}; }
 
   // Ids of words already encoded: [first, first + count) of the output.
-  std::unordered_map<std::string, std::pair<size_t, size_t>> words;
+  const std::pair<size_t, size_t>* find_word(std::string_view word) const {
+    const auto it = words_.find(word);
+    return it == words_.end() ? nullptr : &it->second;
+  }
+  void store_word(std::string_view word, size_t first, size_t count) {
+    // Keys must outlive the fragment they came from: keep a copy.
+    word_text_.emplace_back(std::make_unique<std::string>(word));
+    words_.emplace(*word_text_.back(), std::make_pair(first, count));
+  }
 
  private:
   struct PairEntry {
@@ -46,6 +55,8 @@ class SpmMemo {
   }
   std::vector<PairEntry> pairs_;
   size_t mask_ = 0;
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> words_;
+  std::vector<std::unique_ptr<std::string>> word_text_;
 };
 
 }  // namespace muser

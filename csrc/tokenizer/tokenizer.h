@@ -97,25 +97,27 @@ class Tokenizer {
     kAttrUserDefined = 1 << 4, kAttrByte = 1 << 5, kAttrLstrip = 1 << 7, kAttrRstrip = 1 << 8,
   };
 
+  // Whether a token has a U+2581 that follows another character (such a
+  // token can span a SentencePiece word boundary; see spm_encoder.cpp).
+  static bool token_spans_space(std::string_view token);
+
+  // Work records of the BPE merge loop (defined in bpe_encoder.cpp).
+  struct BpeSymbol;
+  struct BpeBigram;
+
  private:
   Tokenizer() = default;
   friend class TokenizerLoader;
 
   void check_id(int32_t id, const char* where) const;
+  // SentencePiece: one raw fragment; its words (memoised); one word's merges.
   void encode_spm(std::string_view text, std::vector<int32_t>& out, SpmMemo& memo) const;
   void encode_spm_word(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
                        SpmMemo& memo) const;
   void encode_spm_part(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
                        SpmMemo& memo) const;
-  // Whether a token has a U+2581 that follows another character (such a
-  // token can span a word boundary).
-  static bool token_spans_space(std::string_view token);
+  // BPE: one raw fragment (pre-tokenized, words memoised); one word's merges.
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
- public:
-  struct BpeSymbol;  // bpe_encoder.cpp
-  struct BpeBigram;
-
- private:
   void encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
                        std::vector<BpeSymbol>& symbols, std::vector<BpeBigram>& heap, std::string& encoded) const;
   void spm_byte_fallback(const char* bytes, size_t n, std::vector<int32_t>& out) const;

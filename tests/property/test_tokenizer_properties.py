@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,19 @@ from hypothesis import strategies as st
 
 from muser import _core
 
-from spm_reference import SentencePieceReference
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+VOCAB_DIR = FIXTURES / "reference" / "tokenizer"
 
-VOCAB_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "tokenizer"
+
+def _load_reference_module():
+    spec = importlib.util.spec_from_file_location("spm_reference", FIXTURES / "spm_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SentencePieceReference = _load_reference_module().SentencePieceReference
+
 # Vocabularies with a token for every byte (falcon, mpt and starcoder lack a
 # few, and llama.cpp then drops those bytes).
 BYTE_LEVEL = ["gpt-2", "qwen2", "llama-bpe", "deepseek-llm", "deepseek-coder"]

@@ -157,3 +157,22 @@ def test_concurrent_encoding_gives_the_same_ids(llama3):
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(llama3.encode, texts))
     assert got == expected
+
+
+@pytest.mark.parametrize("tail", ["1", "a", ""])
+def test_long_whitespace_runs_tokenize_in_linear_time(tail):
+    # deepseek-llm's "\s+$" pre-tokenizer pattern backtracks quadratically on a
+    # long run of spaces followed by a digit; muser searches it directly (a
+    # quadratic search would exceed the step budget and raise here).
+    tok = load("deepseek-llm")
+    text = " " * 200_000 + tail
+    ids = tok.encode(text, add_special=False)
+    assert b"".join(tok.piece(i) for i in ids) == text.encode()
+
+
+def test_phi3_special_tokens_swallow_the_whitespace_after_them():
+    # llama.cpp gives every special token of a model named "phi3" the rstrip
+    # attribute; the text after a special token gets the SentencePiece space prefix.
+    tok = load("phi-3")
+    ids = tok.encode("<|user|>\nHi<|end|>\n<|assistant|>", add_special=False, parse_special=True)
+    assert [tok.token_text(i) for i in ids] == [b"<|user|>", "\u2581Hi".encode(), b"<|end|>", b"<|assistant|>"]

@@ -221,3 +221,17 @@ def test_padding_id_out_of_range_is_tolerated_like_llama_cpp(tmp_path):
     kv = byte_level_vocab([], [], **{"tokenizer.ggml.padding_token_id": 100000})
     tok = _core.Tokenizer.from_file(write_vocab(tmp_path / "v.gguf", kv))
     assert tok.pad_id == -1
+
+
+def test_every_known_pre_tokenizer_builds_and_splits_text(tmp_path):
+    names = _core.Tokenizer.known_pre_tokenizers()
+    for required in ["default", "llama3", "llama-bpe", "gpt-2", "qwen2", "smollm", "deepseek-llm", "deepseek-coder",
+                     "falcon", "starcoder", "mpt"]:
+        assert required in names
+    text = "Hello world! It's 2024: naïve café, 東京 — x**2\n\n  done\t"
+    for i, name in enumerate(names):
+        kv = byte_level_vocab([], [], **{"tokenizer.ggml.pre": name})
+        tok = _core.Tokenizer.from_file(write_vocab(tmp_path / f"v{i}.gguf", kv))
+        assert tok.pre == name
+        ids = tok.encode(text, add_special=False)
+        assert b"".join(tok.piece(t) for t in ids) == text.encode(), name
