@@ -16,6 +16,7 @@
 #include "core/cancel_token.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
+#include "backend/accelerators.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "tokenizer/tokenizer.h"
@@ -97,6 +98,7 @@ nb::dict engine_config(const Engine& engine) {
 }  // namespace
 
 void init_engine(nb::module_& m) {
+  m.def("available_backends", &available_backends, "Backend names this build can run (besides 'auto').");
   nb::class_<SessionSnapshot>(m, "SessionSnapshot",
                               "A frozen copy of a session (KV, tokens, logits). Immutable; restore it "
                               "into any session of the same engine and max_context, any number of times.")
@@ -235,6 +237,8 @@ void init_engine(nb::module_& m) {
             d["decode_grants"] = st.decode_grants;
             d["decode_rows"] = st.decode_rows;
             d["prefill_grants"] = st.prefill_grants;
+            d["prefill_rows"] = st.prefill_rows;
+            d["prefill_chunks_contended"] = st.prefill_chunks_contended;
             d["permit_wait_ns"] = st.permit_wait_ns;
             d["permit_hold_ns"] = st.permit_hold_ns;
             d["max_permit_wait_ns"] = st.max_permit_wait_ns;

@@ -87,6 +87,8 @@ void init_scheduler(nb::module_& m) {
              d["decode_grants"] = st.decode_grants;
              d["decode_rows"] = st.decode_rows;
              d["prefill_grants"] = st.prefill_grants;
+             d["prefill_rows"] = st.prefill_rows;
+             d["prefill_chunks_contended"] = st.prefill_chunks_contended;
              d["permit_wait_ns"] = st.permit_wait_ns;
              d["permit_hold_ns"] = st.permit_hold_ns;
              d["max_permit_wait_ns"] = st.max_permit_wait_ns;

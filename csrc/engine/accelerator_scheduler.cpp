@@ -142,6 +142,12 @@ std::vector<GrantRecord> AcceleratorScheduler::grant_log() const {
   return {grant_log_.begin(), grant_log_.end()};
 }
 
+void AcceleratorScheduler::record_prefill_chunk(size_t rows, bool contended) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.prefill_rows += rows;
+  if (contended) stats_.prefill_chunks_contended += 1;
+}
+
 bool AcceleratorScheduler::has_waiting_decode() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return !state_.waiting_decode.empty();

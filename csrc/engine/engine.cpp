@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "backend/accelerators.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/null/null_backend.h"
 #include "core/error.h"
@@ -9,9 +10,7 @@ namespace muser {
 
 std::shared_ptr<Engine> Engine::open(const std::string& path, const EngineOptions& options) {
   const std::string& kind = options.backend;
-  if (kind != "auto" && kind != "cpu" && kind != "null") {
-    throw InvalidArgument("[engine] backend: expected 'auto', 'cpu' or 'null', got '" + kind + "'");
-  }
+  if (kind != "auto" && kind != "cpu" && kind != "null") throw_backend_unavailable(kind);
   if (options.threads < 0) {
     throw InvalidArgument("[engine] threads: expected a positive count (or None), got " +
                           std::to_string(options.threads));

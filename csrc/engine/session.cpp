@@ -48,7 +48,9 @@ void Session::run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t st
     Permit permit = scheduler.acquire_prefill();
     // Decided at the boundary, holding the permit: a decoder that arrived
     // during the last chunk makes this one short.
-    const size_t rows = prefill_chunk_rows(scheduler.has_waiting_decode(), n - done);
+    const bool contended = scheduler.has_waiting_decode();
+    const size_t rows = prefill_chunk_rows(contended, n - done);
+    scheduler.record_prefill_chunk(rows, contended);
     ForwardSegment seg;
     seg.kv = &kv;
     seg.tokens = tokens + done;

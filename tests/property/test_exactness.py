@@ -128,6 +128,7 @@ def test_prefill_chunks_shrink_to_64_rows_while_a_decoder_waits_and_logits_stay_
     # more chunks than the quiet one (64 rows each once a decoder waited).
     busy_chunks = engine.scheduler_stats()["prefill_grants"] - before - 1  # minus the decoder's own prefill
     assert busy_chunks >= quiet_chunks
+    assert engine.scheduler_stats()["prefill_chunks_contended"] >= 1
 
 
 def test_snapshot_restore_continue_equals_never_stopping(engine):
