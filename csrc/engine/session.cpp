@@ -46,9 +46,10 @@ void Session::run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t st
   while (done < n) {
     if (cancel != nullptr && cancel->cancelled()) throw Cancelled("[session] prefill cancelled");
     Permit permit = scheduler.acquire_prefill();
-    // Decided at the boundary, holding the permit: a decoder that arrived
-    // during the last chunk makes this one short.
-    const bool contended = scheduler.has_waiting_decode();
+    // Decided at the boundary, holding the permit: a decoder waiting now, or
+    // one served since the previous chunk (it will be back within a step),
+    // makes this chunk short.
+    const bool contended = scheduler.has_waiting_decode() || scheduler.decoded_since_previous_prefill();
     const size_t rows = prefill_chunk_rows(contended, n - done);
     scheduler.record_prefill_chunk(rows, contended);
     ForwardSegment seg;

@@ -46,7 +46,8 @@ class Session {
   Session(std::shared_ptr<Engine> engine, size_t max_context);
 
   // Appends tokens, running the forward in chunks: 512 rows while no decoder
-  // waits for the accelerator, 64 from the next chunk boundary once one does
+  // uses the accelerator, 64 from the next chunk boundary once one waits or
+  // has decoded since the previous chunk
   // (each chunk holds its own prefill permit). Logits become those of the
   // last token. An empty list changes nothing. With `cancel`, a cancellation
   // seen at a chunk boundary throws Cancelled (state unchanged, as for any
