@@ -231,19 +231,7 @@ void init_engine(nb::module_& m) {
           "Checks everything first: on any error no session changes. Releases the GIL.")
       .def(
           "scheduler_stats",
-          [](Engine& e) {
-            SchedulerStats st = e.scheduler().stats();
-            nb::dict d;
-            d["decode_grants"] = st.decode_grants;
-            d["decode_rows"] = st.decode_rows;
-            d["prefill_grants"] = st.prefill_grants;
-            d["prefill_rows"] = st.prefill_rows;
-            d["prefill_chunks_contended"] = st.prefill_chunks_contended;
-            d["permit_wait_ns"] = st.permit_wait_ns;
-            d["permit_hold_ns"] = st.permit_hold_ns;
-            d["max_permit_wait_ns"] = st.max_permit_wait_ns;
-            return d;
-          },
+          [](Engine& e) { return scheduler_stats_dict(e.scheduler().stats()); },
           "Accelerator permits granted so far: counts, rows, wait and hold times (a new dict).");
 }
 

@@ -28,12 +28,9 @@ def _token_strategy(engine):
         lambda parts: [t for p in parts for t in (p if isinstance(p, tuple) else (p,))])
 
 
-@pytest.mark.slow
-@pytest.mark.real_model
-@settings(max_examples=60)
-@given(data=st.data())
-def test_streamed_pieces_joined_equal_decoding_everything_at_once(engine, data):
-    tokens = data.draw(_token_strategy(engine), label="tokens")
+def _stream_in_pieces(engine, tokens: list[int], data) -> list[str]:
+    """Push `tokens` through a fresh streaming detokenizer in drawn pieces; the
+    texts it emitted, the flush last."""
     token_bytes, token_types = engine.vocabulary()
     detok = StreamingDetokenizer(token_bytes, token_types, engine.tokenizer.add_space_prefix, at_sequence_start=True)
     cuts = sorted(data.draw(st.sets(st.integers(0, len(tokens))), label="cuts"))
@@ -42,6 +39,16 @@ def test_streamed_pieces_joined_equal_decoding_everything_at_once(engine, data):
         pieces.append(detok.push_many(tokens[at:cut]))
         at = cut
     pieces.append(detok.flush())
+    return pieces
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+@settings(max_examples=60)
+@given(data=st.data())
+def test_streamed_pieces_joined_equal_decoding_everything_at_once(engine, data):
+    tokens = data.draw(_token_strategy(engine), label="tokens")
+    pieces = _stream_in_pieces(engine, tokens, data)
     assert "".join(pieces) == engine.detokenize(tokens)
 
 
@@ -52,13 +59,6 @@ def test_streamed_pieces_joined_equal_decoding_everything_at_once(engine, data):
 def test_text_split_inside_characters_is_never_emitted_broken(engine, data):
     text = data.draw(st.sampled_from(TEXTS), label="text")
     tokens = engine.tokenize(text, add_special=False)
-    token_bytes, token_types = engine.vocabulary()
-    detok = StreamingDetokenizer(token_bytes, token_types, engine.tokenizer.add_space_prefix, at_sequence_start=True)
-    cuts = sorted(data.draw(st.sets(st.integers(0, len(tokens))), label="cuts"))
-    pieces, at = [], 0
-    for cut in cuts + [len(tokens)]:
-        pieces.append(detok.push_many(tokens[at:cut]))
-        at = cut
-    pieces.append(detok.flush())
+    pieces = _stream_in_pieces(engine, tokens, data)
     assert all("\ufffd" not in piece for piece in pieces)  # only complete characters come out
     assert "".join(pieces) == text
