@@ -10,11 +10,15 @@ import pytest
 from tests.fixtures.numpy_reference import (
     attention,
     attention_mask,
+    gelu_tanh,
+    ggml_gelu_table,
     load_reference_model,
     reference_generate_greedy,
     reference_hidden_states,
     reference_logits,
     rope,
+    round_to_bfloat16,
+    round_to_q8_blocks,
 )
 from tests.fixtures.tiny_models import ARCHITECTURES, N_VOCAB, WEIGHT_TYPES, write_tiny_model
 
@@ -91,6 +95,30 @@ def test_grouped_query_attention_equals_attention_over_repeated_kv_heads():
     grouped = attention(q, k, v, visible, 0.3)
     repeated = attention(q, np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1), visible, 0.3)
     assert np.allclose(grouped, repeated, rtol=0, atol=1e-12)
+
+
+def test_q8_block_rounding_keeps_each_value_within_half_a_step():
+    x = np.random.default_rng(3).standard_normal((3, 64))
+    x[1, :32] = 0.0  # an all-zero block stays zero
+    rounded = round_to_q8_blocks(x, 32, f16_scale=False)
+    steps = np.abs(x).reshape(3, 2, 32).max(axis=-1) / 127
+    assert np.all(np.abs(rounded - x).reshape(3, 2, 32) <= steps[..., None] / 2 + 1e-7)
+    assert np.array_equal(rounded[1, :32], np.zeros(32))
+    grid = np.arange(-127, 128, dtype=np.float64)[None, :] * 0.5  # already on the 8-bit grid, step 0.5
+    assert np.array_equal(round_to_q8_blocks(grid, 255, f16_scale=True), grid)
+
+
+def test_bfloat16_rounding_is_nearest_with_ties_to_even():
+    x = np.array([1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 1.0 + 2.0**-7 + 2.0**-9, -2.5])
+    assert np.array_equal(round_to_bfloat16(x), [1.0, 1.0 + 2.0**-6, 1.0 + 2.0**-7, -2.5])
+
+
+def test_ggml_gelu_table_saturates_and_otherwise_rounds_to_float16():
+    x = np.array([-12.0, -10.0, -1.3, 0.0, 0.7, 9.99, 10.0, 12.5])
+    out = ggml_gelu_table(x)
+    assert (out[0], out[1], out[-2], out[-1]) == (0.0, 0.0, 10.0, 12.5)
+    middle = x[2:6]
+    assert np.array_equal(out[2:6], gelu_tanh(middle.astype(np.float16).astype(np.float64)).astype(np.float16))
 
 
 # --------------------------------------------------------------------------- configuration
