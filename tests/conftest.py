@@ -44,5 +44,5 @@ def gemma3_path() -> Path:
 
 @pytest.fixture(scope="session")
 def real_model_path():
-    """`real_model_path(key)` -> Path of a fetched registry model."""
-    return _real_model
+    """`real_model_path(key)` -> path (str) of a fetched registry model."""
+    return lambda key: os.fspath(_real_model(key))

@@ -13,11 +13,13 @@
 #include <nanobind/stl/optional.h>
 
 #include "bindings/bindings.h"
+#include "core/cancel_token.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
-#include "engine/decode_group.h"
+#include "backend/accelerators.h"
 #include "engine/engine.h"
 #include "engine/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nb = nanobind;
 
@@ -96,6 +98,7 @@ nb::dict engine_config(const Engine& engine) {
 }  // namespace
 
 void init_engine(nb::module_& m) {
+  m.def("available_backends", &available_backends, "Backend names this build can run (besides 'auto').");
   nb::class_<SessionSnapshot>(m, "SessionSnapshot",
                               "A frozen copy of a session (KV, tokens, logits). Immutable; restore it "
                               "into any session of the same engine and max_context, any number of times.")
@@ -107,12 +110,14 @@ void init_engine(nb::module_& m) {
                       "leaves tokens, n_past and logits unchanged.")
       .def(
           "prefill",
-          [](Session& s, const std::vector<int64_t>& tokens) {
+          [](Session& s, const std::vector<int64_t>& tokens, std::shared_ptr<CancelToken> cancel) {
             std::vector<int32_t> ids = token_ids(tokens, s.engine()->hparams().n_vocab, "prefill");
             nb::gil_scoped_release release;
-            s.prefill(ids);
+            s.prefill(ids, cancel.get());
           },
-          nb::arg("tokens"), "Append tokens (forward in chunks of 512 rows); releases the GIL.")
+          nb::arg("tokens"), nb::arg("cancel").none() = nb::none(),
+          "Append tokens (chunks of 512 rows, 64 while a decoder waits); releases the GIL.\n"
+          "A cancelled token stops it at a chunk boundary with Cancelled, state unchanged.")
       .def(
           "decode",
           [](Session& s, int64_t token) {
@@ -160,6 +165,7 @@ void init_engine(nb::module_& m) {
           },
           "Next-token logits of the last position: a new float32 array (n_vocab,) the caller owns, "
           "or None before the first token.")
+      .def_prop_ro("id", &Session::id, "This session's key in the engine's decode rotation.")
       .def_prop_ro("tokens", &Session::tokens, "The token history (a copy).")
       .def_prop_ro("n_past", &Session::n_past)
       .def_prop_ro("max_context", &Session::max_context)
@@ -187,15 +193,9 @@ void init_engine(nb::module_& m) {
       .def_prop_ro("path", [](const Engine& e) { return e.file().path(); })
       .def_prop_ro("backend", [](const Engine& e) { return std::string(e.backend_name()); })
       .def_prop_ro("threads", &Engine::threads)
-      .def(
-          "decode_group",
-          [](Engine& e, const std::vector<Session*>& sessions, const std::vector<int64_t>& tokens) {
-            std::vector<int32_t> ids = token_ids(tokens, e.hparams().n_vocab, "decode_group");
-            nb::gil_scoped_release release;
-            decode_group(e, sessions, ids);
-          },
-          nb::arg("sessions"), nb::arg("tokens"),
-          "One token for each of 1..4 sessions in one forward (one weight pass); releases the GIL.")
+      .def_prop_ro(
+          "tokenizer", [](const Engine& e) { return std::const_pointer_cast<Tokenizer>(e.tokenizer()); },
+          "The model's tokenizer (immutable, shared).")
       .def(
           "_arm_forward_fault",
           [](Engine& e, uint64_t forwards_to_skip, uint32_t after_layer) {
@@ -213,7 +213,26 @@ void init_engine(nb::module_& m) {
             return e.new_session(static_cast<size_t>(n));
           },
           nb::arg("max_context") = nb::none(),
-          "A new session of up to max_context positions (default min(4096, training context)).");
+          "A new session of up to max_context positions (default min(4096, training context)).")
+      .def(
+          "decode_group",
+          [](Engine& e, const std::vector<Session*>& sessions, const std::vector<int64_t>& tokens) {
+            std::vector<int32_t> ids = token_ids(tokens, e.hparams().n_vocab, "decode_group");
+            for (size_t i = 0; i < sessions.size(); ++i) {
+              if (sessions[i] != nullptr && sessions[i]->engine().get() != &e) {
+                throw InvalidArgument("[decode_group] session " + std::to_string(i) + " belongs to another engine");
+              }
+            }
+            nb::gil_scoped_release release;
+            Session::decode_group(sessions, ids);
+          },
+          nb::arg("sessions"), nb::arg("tokens"),
+          "Append tokens[i] to sessions[i] for 1..4 distinct sessions in one weight pass.\n"
+          "Checks everything first: on any error no session changes. Releases the GIL.")
+      .def(
+          "scheduler_stats",
+          [](Engine& e) { return scheduler_stats_dict(e.scheduler().stats()); },
+          "Accelerator permits granted so far: counts, rows, wait and hold times (a new dict).");
 }
 
 }  // namespace muser::bindings

@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings/bindings.h"
+#include "bindings/python_values.h"
 #include "core/error.h"
 #include "engine/accelerator_scheduler.h"
 
@@ -81,17 +82,7 @@ void init_scheduler(nb::module_& m) {
            },
            "The recorded grants, oldest first: kind, granted ids, waiting decode ids and the rotation cursor.")
       .def("stats",
-           [](const AcceleratorScheduler& s) {
-             SchedulerStats st = s.stats();
-             nb::dict d;
-             d["decode_grants"] = st.decode_grants;
-             d["decode_rows"] = st.decode_rows;
-             d["prefill_grants"] = st.prefill_grants;
-             d["permit_wait_ns"] = st.permit_wait_ns;
-             d["permit_hold_ns"] = st.permit_hold_ns;
-             d["max_permit_wait_ns"] = st.max_permit_wait_ns;
-             return d;
-           })
+           [](const AcceleratorScheduler& s) { return scheduler_stats_dict(s.stats()); })
       .def_static(
           "select_next_decode",
           [](const std::vector<uint64_t>& waiting, std::optional<uint64_t> last_decode) {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "serve/decode_batcher.h"
 #include "serve/slot_admission.h"
+#include "serve/slot_pool.h"
 
 namespace nb = nanobind;
 
@@ -71,7 +72,9 @@ void init_serve(nb::module_& m) {
             auto bound = to_timeout(timeout);
             std::vector<size_t> lengths = prefix_lengths.value_or(std::vector<size_t>{});
             nb::gil_scoped_release release;
-            return a.acquire(bound, cancel, [&](size_t slot) { return slot < lengths.size() ? lengths[slot] : 0; });
+            return a.acquire(bound, cancel, [&](size_t slot) {
+              return SlotAffinity{slot < lengths.size() ? lengths[slot] : 0, 0};
+            });
           },
           nb::arg("timeout").none() = nb::none(), nb::arg("cancel").none() = nb::none(),
           nb::arg("prefix_lengths").none() = nb::none(),
@@ -82,6 +85,65 @@ void init_serve(nb::module_& m) {
       .def_prop_ro("slots", &SlotAdmission::n_slots)
       .def_prop_ro("max_waiting", &SlotAdmission::max_waiting)
       .def("stats", [](const SlotAdmission& a) { return admission_stats_dict(a.stats()); });
+
+  nb::class_<SlotPool>(m, "SlotPool",
+                       "1..4 resident sessions of one engine with admission, prefix reuse, decode\n"
+                       "batching and context shift. Thread-safe; blocking calls release the GIL.")
+      .def(
+          "__init__",
+          [](SlotPool* self, std::shared_ptr<Engine> engine, size_t slots, size_t max_waiting, size_t max_context,
+             double window_us) {
+            if (window_us < 0) throw InvalidArgument("[slot_pool] batch_window_us must be >= 0");
+            nb::gil_scoped_release release;
+            new (self) SlotPool(std::move(engine), slots, max_waiting, max_context,
+                                std::chrono::microseconds(static_cast<int64_t>(window_us)));
+          },
+          nb::arg("engine"), nb::arg("slots"), nb::arg("max_waiting"), nb::arg("max_context"),
+          nb::arg("batch_window_us") = 250.0)
+      .def(
+          "acquire",
+          [](SlotPool& p, const std::vector<int32_t>& prompt, std::optional<double> timeout,
+             std::shared_ptr<CancelToken> cancel) {
+            auto bound = to_timeout(timeout);
+            nb::gil_scoped_release release;
+            SlotLease lease = p.acquire(prompt, bound, cancel);
+            return std::make_pair(lease.slot, lease.reused_tokens);
+          },
+          nb::arg("prompt"), nb::arg("timeout").none() = nb::none(), nb::arg("cancel").none() = nb::none(),
+          "Admit the caller: (slot, reused_prompt_tokens). Raises Overloaded, TimeoutError, Cancelled, Unhealthy.")
+      .def("release", &SlotPool::release, nb::arg("slot"), nb::arg("healthy") = true)
+      .def("session", &SlotPool::session, nb::arg("slot"), "The session now serving `slot`.")
+      .def(
+          "decode",
+          [](SlotPool& p, size_t slot, int32_t token, std::shared_ptr<CancelToken> cancel) {
+            nb::gil_scoped_release release;
+            p.decode(slot, token, cancel);
+          },
+          nb::arg("slot"), nb::arg("token"), nb::arg("cancel").none() = nb::none(),
+          "One decode step of `slot`, packed with concurrent steps of other slots.")
+      .def("begin_decoding", &SlotPool::begin_decoding)
+      .def("end_decoding", &SlotPool::end_decoding)
+      .def(
+          "context_shift",
+          [](SlotPool& p, size_t slot, size_t n_keep, std::shared_ptr<CancelToken> cancel) {
+            nb::gil_scoped_release release;
+            return p.context_shift(slot, n_keep, cancel.get());
+          },
+          nb::arg("slot"), nb::arg("n_keep"), nb::arg("cancel").none() = nb::none(),
+          "Keep n_keep tokens and the newest half of the rest, rebuilt aside then swapped in; returns n_past.")
+      .def("mark_unhealthy", &SlotPool::mark_unhealthy, nb::arg("reason"))
+      .def_prop_ro("healthy", &SlotPool::healthy)
+      .def_prop_ro("slots", &SlotPool::n_slots)
+      .def_prop_ro("max_context", &SlotPool::max_context)
+      .def("stats", [](const SlotPool& p) {
+        PoolStats st = p.stats();
+        nb::dict d;
+        d["admission"] = admission_stats_dict(st.admission);
+        d["batcher"] = batcher_stats_dict(st.batcher);
+        d["reused_prefix_tokens"] = st.reused_prefix_tokens;
+        d["context_shifts"] = st.context_shifts;
+        return d;
+      });
 
   nb::class_<DecodeBatcher>(m, "DecodeBatcher",
                             "Coalesces concurrent decode steps into groups of up to max_rows rows.\n"

@@ -12,5 +12,6 @@ void init_engine(nanobind::module_& m);
 void init_testing(nanobind::module_& m);
 void init_scheduler(nanobind::module_& m);
 void init_serve(nanobind::module_& m);
+void init_tokenizer(nanobind::module_& m);
 
 }  // namespace muser::bindings

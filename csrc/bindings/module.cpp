@@ -8,4 +8,5 @@ NB_MODULE(_core, m) {
   muser::bindings::init_testing(m);
   muser::bindings::init_scheduler(m);
   muser::bindings::init_serve(m);
+  muser::bindings::init_tokenizer(m);
 }

@@ -55,4 +55,17 @@ nb::dict metadata_dict(const GgufFile& file) {
   return out;
 }
 
+nb::dict scheduler_stats_dict(const SchedulerStats& st) {
+  nb::dict d;
+  d["decode_grants"] = st.decode_grants;
+  d["decode_rows"] = st.decode_rows;
+  d["prefill_grants"] = st.prefill_grants;
+  d["prefill_rows"] = st.prefill_rows;
+  d["prefill_chunks_contended"] = st.prefill_chunks_contended;
+  d["permit_wait_ns"] = st.permit_wait_ns;
+  d["permit_hold_ns"] = st.permit_hold_ns;
+  d["max_permit_wait_ns"] = st.max_permit_wait_ns;
+  return d;
+}
+
 }  // namespace muser::bindings

@@ -5,6 +5,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include "engine/accelerator_scheduler.h"
 #include "weights/gguf_file.h"
 
 namespace muser::bindings {
@@ -13,5 +14,6 @@ namespace muser::bindings {
 nanobind::object python_str_or_bytes(std::string_view s);
 nanobind::object python_value(const GgufValue& value);
 nanobind::dict metadata_dict(const GgufFile& file);
+nanobind::dict scheduler_stats_dict(const SchedulerStats& stats);
 
 }  // namespace muser::bindings

@@ -97,6 +97,8 @@ Permit AcceleratorScheduler::acquire_prefill() {
   state_.waiting_prefill -= 1;
   throw_if_poisoned_locked();
   record_locked(WorkKind::Prefill, {});
+  decoded_since_previous_prefill_ = stats_.decode_grants != decode_grants_at_last_prefill_;
+  decode_grants_at_last_prefill_ = stats_.decode_grants;
   state_.active = true;
   uint64_t waited = elapsed_ns(started);
   stats_.prefill_grants += 1;
@@ -140,6 +142,17 @@ void AcceleratorScheduler::record_locked(WorkKind kind, const std::set<uint64_t>
 std::vector<GrantRecord> AcceleratorScheduler::grant_log() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return {grant_log_.begin(), grant_log_.end()};
+}
+
+bool AcceleratorScheduler::decoded_since_previous_prefill() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return decoded_since_previous_prefill_;
+}
+
+void AcceleratorScheduler::record_prefill_chunk(size_t rows, bool contended) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.prefill_rows += rows;
+  if (contended) stats_.prefill_chunks_contended += 1;
 }
 
 bool AcceleratorScheduler::has_waiting_decode() const {

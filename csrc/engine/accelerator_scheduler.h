@@ -53,6 +53,8 @@ struct SchedulerStats {
   uint64_t decode_grants = 0;
   uint64_t decode_rows = 0;
   uint64_t prefill_grants = 0;
+  uint64_t prefill_rows = 0;                // rows over all prefill chunks
+  uint64_t prefill_chunks_contended = 0;    // chunks cut to 64 rows because a decoder waited
   uint64_t permit_wait_ns = 0;  // summed over grants
   uint64_t permit_hold_ns = 0;  // summed over releases
   uint64_t max_permit_wait_ns = 0;
@@ -83,6 +85,13 @@ class AcceleratorScheduler {
   Permit acquire_prefill();
 
   bool has_waiting_decode() const;
+  // For the holder of a prefill permit: whether decodes ran between the
+  // previous prefill chunk and this one. A decoder that was served first and
+  // is between steps is not "waiting", yet it will want the accelerator again
+  // within one step; the next chunk must stay short for it.
+  bool decoded_since_previous_prefill() const;
+  // Telemetry from whoever holds a prefill permit: the chunk it is running.
+  void record_prefill_chunk(size_t rows, bool contended);
   bool poisoned() const;
   std::string poison_reason() const;
   SchedulerStats stats() const;
@@ -103,6 +112,8 @@ class AcceleratorScheduler {
   std::string poison_reason_;
   SchedulerStats stats_;
   bool record_grants_;
+  uint64_t decode_grants_at_last_prefill_ = 0;
+  bool decoded_since_previous_prefill_ = false;
   std::deque<GrantRecord> grant_log_;
 };
 

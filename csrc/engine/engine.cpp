@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "backend/accelerators.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/null/null_backend.h"
 #include "core/error.h"
@@ -9,15 +10,14 @@ namespace muser {
 
 std::shared_ptr<Engine> Engine::open(const std::string& path, const EngineOptions& options) {
   const std::string& kind = options.backend;
-  if (kind != "auto" && kind != "cpu" && kind != "null") {
-    throw InvalidArgument("[engine] backend: expected 'auto', 'cpu' or 'null', got '" + kind + "'");
-  }
+  if (kind != "auto" && kind != "cpu" && kind != "null") throw_backend_unavailable(kind);
   if (options.threads < 0) {
     throw InvalidArgument("[engine] threads: expected a positive count (or None), got " +
                           std::to_string(options.threads));
   }
   std::shared_ptr<Engine> engine(new Engine());
   engine->model_ = Model::load(GgufFile::open(path));
+  engine->tokenizer_ = Tokenizer::from_gguf(*engine->model_->file);
   int threads = options.threads == 0 ? physical_core_count() : options.threads;
   engine->pool_ = std::make_shared<ThreadPool>(threads);
   if (kind == "null") {
@@ -33,8 +33,8 @@ std::shared_ptr<Session> Engine::new_session(size_t max_context) {
   return std::make_shared<Session>(shared_from_this(), max_context);
 }
 
-void Engine::forward(const std::vector<ForwardSegment>& segments) {
-  std::lock_guard<std::mutex> lock(forward_mutex_);
+void Engine::forward(const Permit& permit, const std::vector<ForwardSegment>& segments) {
+  if (!permit.held()) throw InternalError("[engine] forward without an accelerator permit");
   backend_->forward(segments);
 }
 

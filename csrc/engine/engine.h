@@ -4,14 +4,16 @@
 // across threads.
 #pragma once
 
+#include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/thread_pool.h"
+#include "engine/accelerator_scheduler.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace muser {
 
@@ -32,6 +34,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const GgufFile& file() const { return *model_->file; }
   const Model& model() const { return *model_; }
   const HParams& hparams() const { return model_->hparams; }
+  // The vocabulary's tokenizer, built once at open().
+  const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
   const char* backend_name() const { return backend_->name(); }
   int threads() const { return pool_->size(); }
 
@@ -43,9 +47,16 @@ class Engine : public std::enable_shared_from_this<Engine> {
     return backend_->new_kv_state(max_context);
   }
 
-  // Runs one forward pass (Backend::forward's contract). Forwards are
-  // serialized: one runs on the accelerator at a time.
-  void forward(const std::vector<ForwardSegment>& segments);
+  // The one owner of this engine's accelerator: every forward runs under
+  // one of its permits (a decode, a decode group or one prefill chunk).
+  AcceleratorScheduler& scheduler() { return scheduler_; }
+
+  // Runs one forward pass (Backend::forward's contract) under `permit`,
+  // which must be held and come from this engine's scheduler.
+  void forward(const Permit& permit, const std::vector<ForwardSegment>& segments);
+
+  // A process-unique id for a new session: its key in the decode rotation.
+  uint64_t next_session_id() { return next_session_id_.fetch_add(1); }
 
   // Tests only: see ForwardFaults.
   ForwardFaults& faults() { return backend_->faults; }
@@ -54,9 +65,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine() = default;
 
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
-  std::mutex forward_mutex_;
+  AcceleratorScheduler scheduler_;
+  std::atomic<uint64_t> next_session_id_{1};
 };
 
 }  // namespace muser

@@ -12,7 +12,7 @@ size_t SessionSnapshot::bytes() const {
 }
 
 Session::Session(std::shared_ptr<Engine> engine, size_t max_context)
-    : engine_(std::move(engine)), max_context_(max_context), n_vocab_(engine_->hparams().n_vocab) {
+    : engine_(std::move(engine)), id_(engine_->next_session_id()), max_context_(max_context), n_vocab_(engine_->hparams().n_vocab) {
   const size_t limit = engine_->hparams().n_ctx_train;
   if (max_context == 0 || max_context > limit) {
     throw InvalidArgument("[session] max_context: expected 1.." + std::to_string(limit) +
@@ -39,17 +39,26 @@ void Session::check_tokens(const int32_t* tokens, size_t n, const char* what) co
   }
 }
 
-void Session::run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t start, float* logits) {
+void Session::run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t start, float* logits,
+                         const CancelToken* cancel) {
+  AcceleratorScheduler& scheduler = engine_->scheduler();
   size_t done = 0;
   while (done < n) {
-    const size_t rows = std::min(kPrefillChunkRows, n - done);
+    if (cancel != nullptr && cancel->cancelled()) throw Cancelled("[session] prefill cancelled");
+    Permit permit = scheduler.acquire_prefill();
+    // Decided at the boundary, holding the permit: a decoder waiting now, or
+    // one served since the previous chunk (it will be back within a step),
+    // makes this chunk short.
+    const bool contended = scheduler.has_waiting_decode() || scheduler.decoded_since_previous_prefill();
+    const size_t rows = prefill_chunk_rows(contended, n - done);
+    scheduler.record_prefill_chunk(rows, contended);
     ForwardSegment seg;
     seg.kv = &kv;
     seg.tokens = tokens + done;
     seg.n_tokens = rows;
     seg.start = start + done;
     seg.logits = done + rows == n ? logits : nullptr;
-    engine_->forward({seg});
+    engine_->forward(permit, {seg});
     done += rows;
   }
 }
@@ -64,32 +73,47 @@ void Session::ensure_resumable() {
   kv_ = std::move(fresh);
 }
 
-void Session::append(const int32_t* tokens, size_t n) {
-  const size_t n_past = history_.size();
-  history_.reserve(n_past + n);  // the only allocation: before any compute
-  ensure_resumable();
-  try {
-    run_chunks(*kv_, tokens, n, n_past, staged_logits_.data());
-  } catch (...) {
-    kv_->forget_from(n_past);
-    throw;
-  }
+void Session::commit(const int32_t* tokens, size_t n) {
   history_.insert(history_.end(), tokens, tokens + n);  // capacity reserved: cannot throw
   logits_.swap(staged_logits_);
   has_logits_ = true;
 }
 
-void Session::prefill(const std::vector<int32_t>& tokens) {
+void Session::append(const int32_t* tokens, size_t n, bool is_decode, const CancelToken* cancel) {
+  const size_t n_past = history_.size();
+  history_.reserve(n_past + n);  // the only allocation: before any compute
+  ensure_resumable();
+  try {
+    if (is_decode) {
+      Permit permit = engine_->scheduler().acquire_decode(id_);
+      ForwardSegment seg;
+      seg.kv = kv_.get();
+      seg.tokens = tokens;
+      seg.n_tokens = 1;
+      seg.start = n_past;
+      seg.logits = staged_logits_.data();
+      engine_->forward(permit, {seg});
+    } else {
+      run_chunks(*kv_, tokens, n, n_past, staged_logits_.data(), cancel);
+    }
+  } catch (...) {
+    kv_->forget_from(n_past);
+    throw;
+  }
+  commit(tokens, n);
+}
+
+void Session::prefill(const std::vector<int32_t>& tokens, const CancelToken* cancel) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_tokens(tokens.data(), tokens.size(), "prefill");
   if (tokens.empty()) return;
-  append(tokens.data(), tokens.size());
+  append(tokens.data(), tokens.size(), false, cancel);
 }
 
 void Session::decode(int32_t token) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_tokens(&token, 1, "decode");
-  append(&token, 1);
+  append(&token, 1, true, nullptr);
 }
 
 void Session::truncate(size_t n) {
@@ -115,7 +139,8 @@ void Session::truncate(size_t n) {
     seg.start = n - 1;
     seg.logits = staged_logits_.data();
     seg.replay = true;
-    engine_->forward({seg});
+    Permit permit = engine_->scheduler().acquire_prefill();
+    engine_->forward(permit, {seg});
     kv_->forget_from(n);
   } else {
     // A sliding-window ring has moved past what position n - 1 needs.

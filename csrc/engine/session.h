@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/cancel_token.h"
+#include "engine/scheduling_policy.h"
 
 namespace muser {
 
@@ -43,11 +45,24 @@ class Session {
   // 1..n_ctx_train.
   Session(std::shared_ptr<Engine> engine, size_t max_context);
 
-  // Appends tokens, running the forward in chunks of up to kPrefillChunkRows
-  // rows; logits become those of the last token. An empty list changes nothing.
-  void prefill(const std::vector<int32_t>& tokens);
-  // Appends one token.
+  // Appends tokens, running the forward in chunks: 512 rows while no decoder
+  // uses the accelerator, 64 from the next chunk boundary once one waits or
+  // has decoded since the previous chunk
+  // (each chunk holds its own prefill permit). Logits become those of the
+  // last token. An empty list changes nothing. With `cancel`, a cancellation
+  // seen at a chunk boundary throws Cancelled (state unchanged, as for any
+  // failure).
+  void prefill(const std::vector<int32_t>& tokens, const CancelToken* cancel = nullptr);
+  // Appends one token under a decode permit (the rotation decides when).
   void decode(int32_t token);
+
+  // Appends tokens[i] to sessions[i] for 1..4 distinct sessions of one
+  // engine, in ONE forward (one weight pass) under one decode-group permit.
+  // Everything is checked before anything changes: a wrong row count, a
+  // repeated session, a session of another engine, a token out of range or
+  // a session at its context limit throws and no session changes; a failed
+  // forward also leaves every session as it was.
+  static void decode_group(const std::vector<Session*>& sessions, const std::vector<int32_t>& tokens);
   // Keeps the first n tokens (n <= n_past); logits become those of position
   // n - 1 (recomputed: one row, or a rebuild from history when a sliding-window
   // ring no longer holds that far back), none when n == 0.
@@ -65,20 +80,25 @@ class Session {
   bool copy_logits(float* out) const;
   size_t kv_bytes() const;
   const std::shared_ptr<Engine>& engine() const { return engine_; }
+  // This session's key in the engine's decode rotation.
+  uint64_t id() const { return id_; }
 
  private:
-  friend void decode_group(Engine& engine, const std::vector<Session*>& sessions,
-                           const std::vector<int32_t>& tokens);
-
   void check_tokens(const int32_t* tokens, size_t n, const char* what) const;
   // Runs tokens[0..n) at positions start.. into kv, chunk by chunk; the last
   // row's logits land in `logits`.
-  void run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t start, float* logits);
+  void run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t start, float* logits,
+                  const CancelToken* cancel = nullptr);
   // Rebuilds the KV state from the history when it cannot resume at n_past.
   void ensure_resumable();
-  void append(const int32_t* tokens, size_t n);
+  // Appends n tokens: a decode permit for a single decoded token, prefill
+  // permits per chunk otherwise.
+  void append(const int32_t* tokens, size_t n, bool is_decode, const CancelToken* cancel);
+  // Installs a successful forward's results (cannot throw: capacity reserved).
+  void commit(const int32_t* tokens, size_t n);
 
   std::shared_ptr<Engine> engine_;
+  const uint64_t id_;
   const size_t max_context_;
   const uint32_t n_vocab_;
   mutable std::mutex mutex_;
@@ -89,7 +109,6 @@ class Session {
   bool has_logits_ = false;
 };
 
-// Rows per prefill forward: the backend's segment limit.
-constexpr size_t kPrefillChunkRows = kMaxSegmentRows;
+static_assert(kPrefillChunkRows <= kMaxSegmentRows, "a prefill chunk must fit one forward segment");
 
 }  // namespace muser

@@ -21,22 +21,25 @@ void SlotAdmission::throw_if_unhealthy_locked() const {
   if (unhealthy_) throw Unhealthy("[slot_pool] the pool is unhealthy: " + unhealthy_reason_);
 }
 
-std::optional<size_t> SlotAdmission::best_free_slot_locked(const std::function<size_t(size_t)>& prefix_len) const {
+std::optional<size_t> SlotAdmission::best_free_slot_locked(
+    const std::function<SlotAffinity(size_t)>& affinity) const {
   std::optional<size_t> best;
-  size_t best_len = 0;
+  SlotAffinity best_affinity;
   for (size_t slot = 0; slot < in_use_.size(); ++slot) {
     if (in_use_[slot]) continue;
-    size_t len = prefix_len ? prefix_len(slot) : 0;
-    if (!best || len > best_len) {
+    SlotAffinity a = affinity ? affinity(slot) : SlotAffinity{};
+    bool better = !best || a.shared_prefix > best_affinity.shared_prefix ||
+                  (a.shared_prefix == best_affinity.shared_prefix && a.history < best_affinity.history);
+    if (better) {
       best = slot;
-      best_len = len;
+      best_affinity = a;
     }
   }
   return best;
 }
 
 size_t SlotAdmission::acquire(std::optional<std::chrono::nanoseconds> timeout, const CancelTokenPtr& cancel,
-                              const std::function<size_t(size_t)>& prefix_len) {
+                              const std::function<SlotAffinity(size_t)>& affinity) {
   const auto started = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   throw_if_unhealthy_locked();
@@ -65,7 +68,7 @@ size_t SlotAdmission::acquire(std::optional<std::chrono::nanoseconds> timeout, c
       throw Cancelled("[slot_pool] cancelled while waiting for a slot");
     }
     if (*waiting_tickets_.begin() == ticket) {
-      if (std::optional<size_t> slot = best_free_slot_locked(prefix_len)) {
+      if (std::optional<size_t> slot = best_free_slot_locked(affinity)) {
         in_use_[*slot] = true;
         leave();
         stats_.admissions += 1;

@@ -3,8 +3,9 @@
 // - acquire() takes a free slot or waits, first come first served; with
 //   `max_waiting` callers already queued it throws Overloaded at once.
 // - Among free slots it prefers the one whose history shares the longest
-//   prefix with the new prompt (asked through `prefix_len`), so its KV is
-//   reused instead of recomputed.
+//   prefix with the new prompt (asked through `affinity`), so its KV is
+//   reused instead of recomputed; on a tie, the one with the least history,
+//   so a slot worth reusing later is not overwritten needlessly.
 // - mark_unhealthy() latches the pool: every waiting and later acquire()
 //   throws Unhealthy. There is no way back; make a new pool.
 //
@@ -26,6 +27,12 @@
 
 namespace muser {
 
+// How well a free slot suits a new prompt.
+struct SlotAffinity {
+  size_t shared_prefix = 0;  // tokens of its history the prompt starts with
+  size_t history = 0;        // tokens of history it holds (lost if overwritten)
+};
+
 struct AdmissionStats {
   uint64_t admissions = 0;
   uint64_t rejections = 0;   // Overloaded
@@ -43,11 +50,11 @@ class SlotAdmission {
   // n_slots in 1..4; max_waiting >= 0. InvalidArgument otherwise.
   SlotAdmission(size_t n_slots, size_t max_waiting);
 
-  // Returns the slot index now owned by the caller. `prefix_len(slot)` is
-  // called under the admission lock for free slots only.
+  // Returns the slot index now owned by the caller. `affinity(slot)` is
+  // called under the admission lock for free slots only (may be empty).
   // Throws Overloaded, Timeout, Cancelled or Unhealthy.
   size_t acquire(std::optional<std::chrono::nanoseconds> timeout, const CancelTokenPtr& cancel,
-                 const std::function<size_t(size_t)>& prefix_len);
+                 const std::function<SlotAffinity(size_t)>& affinity);
   void release(size_t slot);
   void mark_unhealthy(const std::string& reason);
 
@@ -59,7 +66,7 @@ class SlotAdmission {
 
  private:
   void throw_if_unhealthy_locked() const;
-  std::optional<size_t> best_free_slot_locked(const std::function<size_t(size_t)>& prefix_len) const;
+  std::optional<size_t> best_free_slot_locked(const std::function<SlotAffinity(size_t)>& affinity) const;
 
   const size_t max_waiting_;
   mutable std::mutex mutex_;

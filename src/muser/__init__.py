@@ -19,13 +19,37 @@ from muser.errors import (
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
 from muser.engine import Engine, Session, SessionSnapshot
+from muser.pool import CancelToken, Lease, Slot, SlotPool
+from muser import models
+from muser import sampling
+from muser.sampling.params import SamplingParams
+from muser.types import GenerationChunk
+from muser.grammar import Grammar
+from muser.generation import astream, chat, generate, stream
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CancelToken",
+    "Engine",
+    "Lease",
+    "Session",
+    "SessionSnapshot",
+    "Slot",
+    "SlotPool",
+    "models",
+    "sampling",
+    "SamplingParams",
+    "GenerationChunk",
+    "Grammar",
+    "astream",
+    "chat",
+    "generate",
+    "stream",
     "Cancelled",
     "ContextOverflow",
     "FetchError",
+    "Grammar",
     "GrammarError",
     "InternalError",
     "ModelFormatError",

@@ -1,4 +1,4 @@
-"""Command line: ``python -m muser fetch|info ...``.
+"""Command line: ``python -m muser generate|chat|fetch|info|bench ...``.
 
 Every command defaults to the default registry model, so a newcomer can type
 ``python -m muser info`` and see something real.
@@ -39,6 +39,93 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine(name: str, threads: int | None):
+    import muser
+
+    return muser.Engine(_model_path(name), threads=threads)
+
+
+def _sampling(args: argparse.Namespace) -> dict:
+    return dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                seed=args.seed)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    import muser
+
+    engine = _engine(args.model, args.threads)
+    last = None
+    for chunk in muser.stream(engine, args.prompt, **_sampling(args)):
+        print(chunk.text, end="", flush=True)
+        last = chunk
+    print()
+    if last is not None and last.timings is not None:
+        t = last.timings
+        _stderr(f"[{t.prompt_tokens} prompt tokens at {t.prompt_tokens_per_second:.1f} tok/s, "
+                f"{t.generated_tokens} generated at {t.generated_tokens_per_second:.1f} tok/s, "
+                f"finish: {last.finish_reason}]")
+    return 0
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    import muser
+
+    engine = _engine(args.model, args.threads)
+    messages: list[dict[str, str]] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    turns = list(args.message) if args.message else None
+    while True:
+        if turns is not None:
+            if not turns:
+                return 0
+            user = turns.pop(0)
+        else:
+            try:
+                user = input("you> ")
+            except EOFError:
+                print()
+                return 0
+        messages.append({"role": "user", "content": user})
+        reply = []
+        for chunk in muser.chat(engine, messages, stream=True, template=args.template, **_sampling(args)):
+            print(chunk.text, end="", flush=True)
+            reply.append(chunk.text)
+        print()
+        messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import time
+
+    import muser
+
+    engine = _engine(args.model, args.threads)
+    prompt = engine.tokenize("The quick brown fox jumps over the lazy dog. " * 64)[: args.prompt_tokens]
+    session = engine.session(max_context=len(prompt) + args.decode_tokens + 1)
+    started = time.perf_counter()
+    session.prefill(prompt)
+    prefill_s = time.perf_counter() - started
+    started = time.perf_counter()
+    for _ in range(args.decode_tokens):
+        session.decode(int(session.logits.argmax()))
+    decode_s = time.perf_counter() - started
+    print(f"{engine.config['name']} ({engine.backend}, {engine.threads} threads)")
+    print(f"prefill: {len(prompt)} tokens in {prefill_s:.3f} s = {len(prompt) / prefill_s:.1f} tok/s")
+    print(f"decode:  {args.decode_tokens} tokens in {decode_s:.3f} s = {args.decode_tokens / decode_s:.1f} tok/s")
+    return 0
+
+
+def _add_generation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=models.DEFAULT_MODEL, help="registry key or .gguf path")
+    parser.add_argument("--threads", type=int, default=None, help="compute threads (default: physical cores)")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--top-k", type=int, default=40)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--seed", type=int, default=None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m muser", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -54,6 +141,25 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--text", default="The quick brown fox jumps over the lazy dog.",
                       help="sentence to tokenize")
     info.set_defaults(run=_cmd_info)
+
+    generate = sub.add_parser("generate", help="stream a completion of a prompt")
+    generate.add_argument("prompt", nargs="?", default="Once upon a time,", help="the prompt text")
+    _add_generation_options(generate)
+    generate.set_defaults(run=_cmd_generate)
+
+    chat = sub.add_parser("chat", help="chat with the model (interactive unless --message is given)")
+    chat.add_argument("--message", action="append", help="a user turn (repeatable); omit for interactive")
+    chat.add_argument("--system", default=None, help="a system prompt")
+    chat.add_argument("--template", default=None, help="a Jinja2 chat template (for models without one)")
+    _add_generation_options(chat)
+    chat.set_defaults(run=_cmd_chat)
+
+    bench = sub.add_parser("bench", help="quick prefill/decode speed check")
+    bench.add_argument("--model", default=models.DEFAULT_MODEL, help="registry key or .gguf path")
+    bench.add_argument("--threads", type=int, default=None)
+    bench.add_argument("--prompt-tokens", type=int, default=128)
+    bench.add_argument("--decode-tokens", type=int, default=64)
+    bench.set_defaults(run=_cmd_bench)
     return parser
 
 

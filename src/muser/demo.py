@@ -4,29 +4,28 @@ from __future__ import annotations
 
 import time
 
-from muser import _core
-
 
 def describe(path: str, text: str) -> str:
     """Load the GGUF at ``path`` and describe it in a few human-readable lines."""
+    import muser
+
     started = time.perf_counter()
-    gguf = _core.GgufFile.open(path)
+    engine = muser.Engine(path)
     elapsed = time.perf_counter() - started
-    metadata = gguf.metadata()
-    arch = metadata.get("general.architecture", "?")
+    config = engine.config
+    tokens = engine.tokenize(text)
     lines = [
-        f"model:        {metadata.get('general.name', path)}",
+        f"model:        {config.get('name') or path}",
         f"file:         {path}",
-        f"architecture: {arch}",
-        f"loaded in:    {elapsed * 1000:.1f} ms (mapped, validated)",
-        f"tensors:      {len(gguf.tensor_infos())}",
+        f"architecture: {config['architecture']}",
+        f"loaded in:    {elapsed * 1000:.1f} ms (mapped, validated, tokenizer built)",
+        f"backend:      {engine.backend}, {engine.threads} threads",
     ]
-    for key, value in metadata.items():
-        if isinstance(key, str) and key.startswith(f"{arch}."):
-            lines.append(f"  {key[len(arch) + 1:]:<40} {value}")
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    if tokens is not None:
-        lines.append(f"vocabulary:   {len(tokens)} tokens ({metadata.get('tokenizer.ggml.model')}, "
-                     f"pre-tokenizer {metadata.get('tokenizer.ggml.pre', 'default')})")
+    for key in ("context_length", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff",
+                "rope_freq_base", "sliding_window"):
+        lines.append(f"  {key:<20} {config.get(key)}")
+    lines.append(f"chat template: {'yes' if config.get('chat_template') else 'none'}")
     lines.append(f"text:         {text!r}")
+    lines.append(f"tokens ({len(tokens)}): {tokens}")
+    lines.append(f"pieces:       {[engine.detokenize([t]) for t in tokens]}")
     return "\n".join(lines)

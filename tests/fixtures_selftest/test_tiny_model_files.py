@@ -211,6 +211,7 @@ def test_spm_vocabulary_has_byte_fallback_tokens_and_scores(tmp_path):
         ({"weight_type": "IQ2_XS"}, "weight_type"),
         ({"n_head": 4, "n_head_kv": 3}, "multiple"),
         ({"head_dim": 15}, "even"),
+        ({"arch": "qwen2", "head_dim": 32}, "n_embd"),
         ({"arch": "llama", "sliding_window": 8}, "gemma3"),
         ({"tensor_types": {"attn_z": "Q8_0"}}, "role"),
         ({"tokenizer": "wordpiece"}, "tokenizer"),

@@ -1,0 +1,149 @@
+// Byte-level BPE encoding (tokenizer.ggml.model == "gpt2").
+//
+// The pre-tokenizer splits the text into words; each word starts as one
+// symbol per byte (the token of that byte's GPT-2 alphabet character) and the
+// adjacent pair with the lowest merge rank is merged, repeatedly (ties:
+// leftmost pair first), until no pair has a merge. This is llama.cpp's
+// llm_tokenizer_bpe, on token ids instead of strings: every merge names known
+// tokens (checked at load), so ids and texts correspond one to one.
+#include <algorithm>
+#include <unordered_map>
+
+#include "tokenizer/byte_level.h"
+#include "tokenizer/tokenizer.h"
+
+namespace muser {
+
+struct Tokenizer::BpeSymbol {
+  uint32_t start;   // byte offset in the clean text
+  uint32_t length;  // bytes; 0 once merged into the symbol on its left
+  int32_t prev;
+  int32_t next;
+  int32_t id;  // -1 when the byte's character is not a token
+};
+
+struct Tokenizer::BpeBigram {
+  int32_t rank;
+  int32_t left;
+  int32_t right;
+  int32_t left_id;
+  int32_t right_id;
+  int32_t result;
+};
+
+namespace {
+
+using BpeBigram = Tokenizer::BpeBigram;
+
+// Lowest rank first; among equal ranks the leftmost pair (heap order: the
+// "largest" is popped first, hence the inverted comparison).
+struct BpeBigramOrder {
+  bool operator()(const BpeBigram& a, const BpeBigram& b) const {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  }
+};
+
+}  // namespace
+
+void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
+  pretok::PreTokenizerScratch scratch;
+  std::string clean;
+  std::vector<std::pair<uint32_t, uint32_t>> words;
+  pre_tokenizer_->split(text, clean, words, scratch);
+
+  std::vector<BpeSymbol> symbols;
+  std::vector<BpeBigram> heap;  // max-heap under BpeBigramOrder
+  std::string encoded;
+  // Per-call memo: word bytes -> where its ids already are in `out`. Real
+  // text repeats words constantly, and a word's ids depend on nothing else.
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
+  seen.reserve(std::min<size_t>(words.size(), 1 << 16));
+  constexpr uint32_t kMaxMemoWord = 64;
+
+  for (const auto& [word_begin, word_end] : words) {
+    const uint32_t word_length = word_end - word_begin;
+    if (word_length == 0) continue;
+    const std::string_view word(clean.data() + word_begin, word_length);
+    if (word_length <= kMaxMemoWord) {
+      const auto hit = seen.find(word);
+      if (hit != seen.end()) {
+        const auto [first, count] = hit->second;
+        out.reserve(out.size() + count);
+        for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
+        continue;
+      }
+    }
+    const size_t out_before = out.size();
+    encode_bpe_word(clean, word_begin, word_end, out, symbols, heap, encoded);
+    if (word_length <= kMaxMemoWord) seen.emplace(word, std::make_pair(out_before, out.size() - out_before));
+  }
+}
+
+void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end,
+                                std::vector<int32_t>& out, std::vector<BpeSymbol>& symbols,
+                                std::vector<BpeBigram>& heap, std::string& encoded) const {
+  const uint32_t word_length = word_end - word_begin;
+  if (ignore_merges_) {
+    // Words that are tokens as a whole skip merging (llama3-style vocabularies).
+    encoded.clear();
+    for (uint32_t i = word_begin; i < word_end; ++i) encoded += byte_level::utf8_of_byte(static_cast<uint8_t>(clean[i]));
+    const int32_t id = text_to_id_.find(encoded);
+    if (id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  symbols.clear();
+  for (uint32_t i = 0; i < word_length; ++i) {
+    const int32_t index = static_cast<int32_t>(i);
+    symbols.push_back(BpeSymbol{word_begin + i, 1, index - 1, i + 1 == word_length ? -1 : index + 1,
+                                byte_char_token_[static_cast<uint8_t>(clean[word_begin + i])]});
+  }
+  heap.clear();
+  auto try_add = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const int32_t left_id = symbols[left].id;
+    const int32_t right_id = symbols[right].id;
+    if (left_id < 0 || right_id < 0) return;
+    const MergeMap::Merge m = merges_.find(left_id, right_id);
+    if (m.rank < 0) return;
+    heap.push_back(BpeBigram{m.rank, left, right, left_id, right_id, m.result});
+    std::push_heap(heap.begin(), heap.end(), BpeBigramOrder{});
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(word_length); ++i) try_add(i - 1, i);
+
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), BpeBigramOrder{});
+    const BpeBigram bigram = heap.back();
+    heap.pop_back();
+    BpeSymbol& left = symbols[bigram.left];
+    BpeSymbol& right = symbols[bigram.right];
+    // Stale: a side was merged away or changed since the pair was queued.
+    if (left.length == 0 || right.length == 0 || left.id != bigram.left_id || right.id != bigram.right_id) continue;
+    left.length += right.length;
+    left.id = bigram.result;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = bigram.left;
+    try_add(left.prev, bigram.left);
+    try_add(bigram.left, left.next);
+  }
+
+  for (int32_t i = 0; i != -1; i = symbols[i].next) {
+    const BpeSymbol& s = symbols[i];
+    if (s.id >= 0) {
+      out.push_back(s.id);
+      continue;
+    }
+    // A character with no token: llama.cpp tries each byte of its UTF-8
+    // as a one-byte token and drops the bytes that are not tokens.
+    for (uint32_t k = s.start; k < s.start + s.length; ++k) {
+      for (char c : byte_level::utf8_of_byte(static_cast<uint8_t>(clean[k]))) {
+        const int32_t id = text_to_id_.find(&c, 1);
+        if (id >= 0) out.push_back(id);
+      }
+    }
+  }
+}
+
+}  // namespace muser

@@ -1,0 +1,61 @@
+// Pre-tokenizers of byte-level BPE vocabularies: which regexes split the text
+// into words before BPE runs, chosen by the GGUF key tokenizer.ggml.pre.
+//
+// The names and patterns are facts taken from llama.cpp (src/llama-vocab.cpp),
+// whose behaviour muser reproduces. Several regexes apply in sequence: each
+// one re-splits every piece left by the previous one, and stretches of a
+// piece that no match covers are kept as pieces of their own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/regex_matcher.h"
+
+namespace muser::pretok {
+
+struct PreTokenizerSpec {
+  const char* family;                 // canonical family name, e.g. "llama3"
+  std::vector<const char*> patterns;  // applied in order
+  bool ignore_merges = false;         // a word that is itself a token skips BPE
+  bool clean_spaces = true;           // detokenize removes " ," style spaces
+  bool add_bos = false;               // default before tokenizer.ggml.add_bos_token
+  bool no_bos = false;                // the family has no BOS token
+};
+
+// The spec for a tokenizer.ggml.pre value, or nullptr when unknown. An empty
+// name means "default" (what llama.cpp assumes when the key is missing).
+const PreTokenizerSpec* find_pre_tokenizer(std::string_view name);
+
+// Every pre-tokenizer name muser knows (for error messages and tests).
+std::vector<std::string> known_pre_tokenizer_names();
+
+struct PreTokenizerScratch {
+  std::vector<uint32_t> code_points;
+  std::vector<uint32_t> byte_offset;  // per code point, into the clean text; +1 sentinel
+  std::vector<uint32_t> collapsed;
+  std::vector<uint32_t> wide;
+  std::vector<std::pair<uint32_t, uint32_t>> pieces;
+  std::vector<std::pair<uint32_t, uint32_t>> next_pieces;
+  RegexScratch regex;
+};
+
+class PreTokenizer {
+ public:
+  explicit PreTokenizer(const std::vector<const char*>& patterns);
+
+  // Splits `text` into words. `clean` receives the text re-encoded from its
+  // code points as llama.cpp reads them (invalid bytes become U+FFFD,
+  // overlong forms are shortened);
+  // `words` receives byte ranges [begin, end) into `clean`, in order,
+  // covering it completely. Thread-safe (all state is in `scratch`).
+  void split(std::string_view text, std::string& clean, std::vector<std::pair<uint32_t, uint32_t>>& words,
+             PreTokenizerScratch& scratch) const;
+
+ private:
+  std::vector<Regex> regexes_;
+};
+
+}  // namespace muser::pretok

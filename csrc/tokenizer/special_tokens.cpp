@@ -1,0 +1,107 @@
+#include "tokenizer/special_tokens.h"
+
+#include <algorithm>
+
+namespace muser {
+namespace {
+
+// C isspace in the "C" locale, which is what llama.cpp strips with.
+bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+}  // namespace
+
+SpecialTokenMatcher::SpecialTokenMatcher(std::vector<Entry> entries) : entries_(std::move(entries)) {
+  root_.fill(-1);
+  for (size_t e = 0; e < entries_.size(); ++e) {
+    const std::string_view text = entries_[e].text;
+    int32_t node = -1;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const uint8_t b = static_cast<uint8_t>(text[i]);
+      int32_t next = i == 0 ? root_[b] : child(node, b);
+      if (next < 0) {
+        next = static_cast<int32_t>(nodes_.size());
+        Node fresh;
+        fresh.byte = b;
+        if (i == 0) {
+          root_[b] = next;
+        } else {
+          fresh.next_sibling = nodes_[node].first_child;
+          nodes_[node].first_child = next;
+        }
+        nodes_.push_back(fresh);
+      }
+      node = next;
+    }
+    // Texts are unique in a vocabulary, so each end node has one entry.
+    if (node >= 0 && nodes_[node].entry < 0) nodes_[node].entry = static_cast<int32_t>(e);
+  }
+}
+
+int32_t SpecialTokenMatcher::child(int32_t node, uint8_t byte) const {
+  for (int32_t c = nodes_[node].first_child; c >= 0; c = nodes_[c].next_sibling) {
+    if (nodes_[c].byte == byte) return c;
+  }
+  return -1;
+}
+
+void SpecialTokenMatcher::partition(std::string_view text, std::vector<TextFragment>& out) const {
+  out.clear();
+  if (text.empty()) return;
+  out.push_back(TextFragment{-1, 0, text.size()});
+  if (entries_.empty()) return;
+
+  // One pass over the text finds which special tokens occur at all; only
+  // those need the (token by token) splitting below.
+  std::vector<int32_t> present;
+  for (size_t i = 0; i < text.size(); ++i) {
+    int32_t node = root_[static_cast<uint8_t>(text[i])];
+    for (size_t j = i + 1; node >= 0; ++j) {
+      if (nodes_[node].entry >= 0) present.push_back(nodes_[node].entry);
+      if (j >= text.size()) break;
+      node = child(node, static_cast<uint8_t>(text[j]));
+    }
+  }
+  if (present.empty()) return;
+  std::sort(present.begin(), present.end());
+  present.erase(std::unique(present.begin(), present.end()), present.end());
+
+  std::vector<TextFragment> next;
+  for (int32_t e : present) {
+    const Entry& entry = entries_[e];
+    next.clear();
+    for (const TextFragment& frag : out) {
+      if (frag.token >= 0) {
+        next.push_back(frag);
+        continue;
+      }
+      size_t base = frag.offset;
+      size_t length = frag.length;
+      while (length > 0) {
+        const size_t match = text.substr(0, base + length).find(entry.text, base);
+        if (match == std::string_view::npos) {
+          next.push_back(TextFragment{-1, base, length});
+          break;
+        }
+        size_t left_length = match - base;
+        if (entry.lstrip) {
+          while (left_length > 0 && is_c_space(text[base + left_length - 1])) --left_length;
+        }
+        if (left_length > 0) next.push_back(TextFragment{-1, base, left_length});
+        next.push_back(TextFragment{entry.id, 0, 0});
+        size_t right = match + entry.text.size();
+        size_t right_length = base + length - right;
+        if (entry.rstrip) {
+          while (right_length > 0 && is_c_space(text[right])) {
+            ++right;
+            --right_length;
+          }
+        }
+        base = right;
+        length = right_length;
+      }
+    }
+    out.swap(next);
+  }
+}
+
+}  // namespace muser

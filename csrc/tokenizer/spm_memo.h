@@ -1,0 +1,62 @@
+// Per-call memos for SentencePiece encoding, shared by all fragments of one
+// encode() call (see spm_encoder.cpp). Not shared between calls or threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace muser {
+
+class SpmMemo {
+ public:
+  explicit SpmMemo(size_t text_size) {
+    size_t size = 1024;
+    while (size < text_size && size < (1u << 14)) size <<= 1;
+    pairs_.assign(size, PairEntry{});
+    mask_ = size - 1;
+  }
+
+  // "Token a followed by token b forms token c" (c = -1: no token).
+  // Direct-mapped: a collision just forgets the older pair.
+  bool find_pair(int32_t a, int32_t b, int32_t& result) const {
+    const PairEntry& e = pairs_[pair_index(a, b)];
+    if (e.a != a || e.b != b) return false;
+    result = e.result;
+    return true;
+  }
+  void store_pair(int32_t a, int32_t b, int32_t result) { pairs_[pair_index(a, b)] = PairEntry{a, b, result}; }
+
+  // Ids of words already encoded: [first, first + count) of the output.
+  const std::pair<size_t, size_t>* find_word(std::string_view word) const {
+    const auto it = words_.find(word);
+    return it == words_.end() ? nullptr : &it->second;
+  }
+  void store_word(std::string_view word, size_t first, size_t count) {
+    // Keys must outlive the fragment they came from: keep a copy.
+    word_text_.emplace_back(std::make_unique<std::string>(word));
+    words_.emplace(*word_text_.back(), std::make_pair(first, count));
+  }
+
+ private:
+  struct PairEntry {
+    int32_t a = -1;
+    int32_t b = -1;
+    int32_t result = -1;
+  };
+  size_t pair_index(int32_t a, int32_t b) const {
+    uint64_t k = (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+    k *= 0x9E3779B97F4A7C15ULL;
+    return static_cast<size_t>(k >> 40) & mask_;
+  }
+  std::vector<PairEntry> pairs_;
+  size_t mask_ = 0;
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> words_;
+  std::vector<std::unique_ptr<std::string>> word_text_;
+};
+
+}  // namespace muser

@@ -1,0 +1,110 @@
+#include "tokenizer/token_maps.h"
+
+#include <cstring>
+
+namespace muser {
+
+uint64_t hash_bytes(const char* data, size_t size) {
+  uint64_t h = 0xcbf29ce484222325ULL ^ (size * 0x9E3779B97F4A7C15ULL);
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, data + i, 8);
+    h = (h ^ w) * 0x100000001b3ULL;
+    h ^= h >> 29;
+  }
+  uint64_t tail = 0;
+  for (size_t k = 0; i < size; ++i, ++k) tail |= static_cast<uint64_t>(static_cast<uint8_t>(data[i])) << (8 * k);
+  h = (h ^ tail) * 0x100000001b3ULL;
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ULL;
+  h ^= h >> 32;
+  return h;
+}
+
+void TokenTextMap::reserve(size_t n) {
+  size_t cap = 16;
+  while (cap < n * 2) cap <<= 1;
+  if (cap <= slots_.size()) return;
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.assign(cap, Slot{});
+  mask_ = cap - 1;
+  count_ = 0;
+  for (const Slot& s : old) {
+    if (s.id >= 0) insert(s.offset, s.size, s.id);
+  }
+}
+
+void TokenTextMap::grow() { reserve(slots_.empty() ? 8 : slots_.size()); }
+
+int32_t TokenTextMap::insert(uint32_t offset, uint32_t size, int32_t id) {
+  if ((count_ + 1) * 2 > slots_.size()) grow();
+  const char* key = arena_ + offset;
+  const uint64_t h = hash_bytes(key, size);
+  const uint32_t h32 = static_cast<uint32_t>(h >> 32);
+  for (size_t i = static_cast<size_t>(h) & mask_;; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.id < 0) {
+      s = Slot{offset, size, h32, id};
+      ++count_;
+      return -1;
+    }
+    if (s.hash32 == h32 && s.size == size && std::memcmp(arena_ + s.offset, key, size) == 0) return s.id;
+  }
+}
+
+int32_t TokenTextMap::find(const char* data, size_t size) const {
+  if (slots_.empty()) return -1;
+  const uint64_t h = hash_bytes(data, size);
+  const uint32_t h32 = static_cast<uint32_t>(h >> 32);
+  for (size_t i = static_cast<size_t>(h) & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.id < 0) return -1;
+    if (s.hash32 == h32 && s.size == size && std::memcmp(arena_ + s.offset, data, size) == 0) return s.id;
+  }
+}
+
+void MergeMap::reserve(size_t n) {
+  size_t cap = 16;
+  while (cap < n * 2) cap <<= 1;
+  if (cap <= slots_.size()) return;
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.assign(cap, Slot{});
+  mask_ = cap - 1;
+  count_ = 0;
+  for (const Slot& s : old) {
+    if (s.merge.rank >= 0) {
+      insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFFu), s.merge);
+    }
+  }
+}
+
+void MergeMap::grow() { reserve(slots_.empty() ? 8 : slots_.size()); }
+
+void MergeMap::insert(int32_t left, int32_t right, Merge merge) {
+  if ((count_ + 1) * 2 > slots_.size()) grow();
+  const uint64_t key = key_of(left, right);
+  for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.merge.rank < 0) {
+      s = Slot{key, merge};
+      ++count_;
+      return;
+    }
+    if (s.key == key) return;
+  }
+}
+
+MergeMap::Merge MergeMap::find(int32_t left, int32_t right) const {
+  if (slots_.empty()) return {};
+  const uint64_t key = key_of(left, right);
+  for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.merge.rank < 0) return {};
+    if (s.key == key) return s.merge;
+  }
+}
+
+}  // namespace muser

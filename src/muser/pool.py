@@ -1,0 +1,216 @@
+"""SlotPool: share one engine between up to four concurrent generations.
+
+A pool holds 1..4 resident sessions ("slots"). Each request acquires a slot
+(first come, first served; at most ``max_waiting`` callers queue, the next
+one gets :class:`muser.Overloaded` at once), prefills its prompt and decodes.
+Decode steps of concurrent requests are packed into one weight pass by the
+pool's decode batcher, so four requests cost far less than four times one.
+
+Slot choice prefers the free slot whose history shares the longest prefix
+with the new prompt: those tokens are not computed again
+(:attr:`Slot.reused_tokens`).
+
+Thread safety: share one pool between any number of threads. A slot belongs
+to the thread that acquired it until its lease ends. Every blocking call
+releases the GIL.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from muser import _core
+from muser.engine import Engine, Session
+from muser.errors import InternalError, Unhealthy
+
+__all__ = ["CancelToken", "Lease", "Slot", "SlotPool"]
+
+CancelToken = _core.CancelToken
+"""A sticky, thread-safe cancellation flag: ``token.cancel()``, ``token.cancelled``."""
+
+# Exceptions after which a slot's state (or the accelerator's) is unknown:
+# a lease ending with one of these latches the pool unhealthy.
+_UNKNOWN_STATE = (InternalError, Unhealthy)
+
+
+class Slot:
+    """A leased slot: one resident session, used by one request at a time.
+
+    ``decode`` goes through the pool's batcher (packed with other slots'
+    steps); everything else acts on the slot's session directly.
+    """
+
+    __slots__ = ("_pool", "index", "reused_tokens", "_cancel")
+
+    def __init__(self, pool: SlotPool, index: int, reused_tokens: int, cancel: CancelToken | None) -> None:
+        self._pool = pool
+        self.index = index
+        self.reused_tokens = reused_tokens
+        """Prompt tokens found already in this slot's history at acquire time."""
+        self._cancel = cancel
+
+    @property
+    def session(self) -> Session:
+        """The session now serving this slot (a context shift replaces it)."""
+        return Session(self._pool._core.session(self.index), self._pool.engine)
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` (see :meth:`Session.prefill`); honours the lease's cancel token."""
+        self.session.prefill(tokens, cancel=self._cancel)
+
+    def decode(self, token: int) -> None:
+        """Append one token, packed with concurrent decodes of other slots.
+
+        Raises:
+            Cancelled: the lease's cancel token was cancelled while queued.
+            ValueError, ContextOverflow: as :meth:`Session.decode`; nothing changed.
+        """
+        self._pool._core.decode(self.index, operator.index(token), self._cancel)
+
+    @property
+    def logits(self) -> np.ndarray | None:
+        """Next-token logits after the last token (a new array), or None."""
+        return self.session.logits
+
+    @property
+    def tokens(self) -> list[int]:
+        """The slot's token history (a copy)."""
+        return self.session.tokens
+
+    @property
+    def n_past(self) -> int:
+        return self.session.n_past
+
+    @property
+    def max_context(self) -> int:
+        return self._pool.max_context
+
+    def context_shift(self, n_keep: int) -> int:
+        """Make room: keep the first ``n_keep`` tokens and the newest half of the
+        rest. The shortened context is rebuilt in the pool's staging session and
+        swapped in only when complete. Returns the new ``n_past``.
+
+        Raises:
+            ValueError: ``n_keep`` larger than ``n_past``. The slot is unchanged on any failure.
+        """
+        return self._pool._core.context_shift(self.index, operator.index(n_keep), self._cancel)
+
+
+class Lease:
+    """Ownership of one slot; a context manager. Use as ``with pool.acquire() as slot:``.
+
+    Leaving the block releases the slot. If the block raised
+    :class:`muser.InternalError` or :class:`muser.Unhealthy` (the slot or the
+    accelerator is in an unknown state) the pool latches unhealthy; any other
+    exception just releases the slot.
+    """
+
+    __slots__ = ("_pool", "slot", "_released")
+
+    def __init__(self, pool: SlotPool, slot: Slot) -> None:
+        self._pool = pool
+        self.slot = slot
+        self._released = False
+
+    def __enter__(self) -> Slot:
+        return self.slot
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.release(healthy=not (exc is not None and isinstance(exc, _UNKNOWN_STATE)))
+
+    def release(self, healthy: bool = True) -> None:
+        """Give the slot back (idempotent). ``healthy=False`` latches the pool unhealthy."""
+        if not self._released:
+            self._released = True
+            self._pool._core.release(self.slot.index, healthy)
+
+
+class SlotPool:
+    """Up to four concurrent generations on one engine.
+
+    Args:
+        engine: the engine whose sessions the slots are.
+        slots: resident sessions, 1..4.
+        max_waiting: callers that may queue for a slot; one more raises Overloaded.
+        max_context: each slot's context limit (default ``min(4096, training context)``).
+        batch_window_us: how long a decode step waits for other slots' steps to
+            join its group (only while more could still arrive; unused with one slot).
+
+    Raises:
+        ValueError: an argument outside its range.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        slots: int = 4,
+        max_waiting: int = 64,
+        *,
+        max_context: int | None = None,
+        batch_window_us: float = 250.0,
+    ) -> None:
+        if not isinstance(engine, Engine):
+            raise TypeError(f"engine must be a muser.Engine, got {type(engine).__name__}")
+        slots, max_waiting = operator.index(slots), operator.index(max_waiting)
+        if not 1 <= slots <= 4:
+            raise ValueError(f"slots must be 1..4, got {slots}")
+        if max_waiting < 0:
+            raise ValueError(f"max_waiting must be >= 0, got {max_waiting}")
+        if max_context is None:
+            max_context = min(4096, int(engine.config["context_length"]))
+        max_context = operator.index(max_context)
+        if not 1 <= max_context <= int(engine.config["context_length"]):
+            raise ValueError(f"max_context must be 1..{engine.config['context_length']}, got {max_context}")
+        if batch_window_us < 0:
+            raise ValueError(f"batch_window_us must be >= 0, got {batch_window_us}")
+        self.engine = engine
+        self.max_context = max_context
+        self._core = _core.SlotPool(engine._core, slots, max_waiting, max_context, float(batch_window_us))
+
+    def acquire(
+        self,
+        prompt: Sequence[int] = (),
+        *,
+        timeout: float | None = None,
+        cancel: CancelToken | None = None,
+    ) -> Lease:
+        """Wait for a slot (preferring one whose history starts like ``prompt``).
+
+        The slot comes back rewound to the longest shared prefix, so the caller
+        prefills only ``prompt[slot.reused_tokens:]``.
+
+        Raises:
+            Overloaded: ``max_waiting`` callers are already queued.
+            TimeoutError: no slot freed up within ``timeout`` seconds.
+            Cancelled: ``cancel`` was cancelled while waiting.
+            Unhealthy: the pool latched unhealthy; make a new one.
+        """
+        tokens = [operator.index(t) for t in prompt]
+        index, reused = self._core.acquire(tokens, timeout, cancel)
+        return Lease(self, Slot(self, index, reused, cancel))
+
+    @property
+    def slots(self) -> int:
+        return self._core.slots
+
+    @property
+    def healthy(self) -> bool:
+        """False once a lease ended in an unknown state; then every acquire raises Unhealthy."""
+        return self._core.healthy
+
+    def stats(self) -> dict[str, Any]:
+        """Telemetry (a new dict): ``admission`` (admissions, rejections, timeouts,
+        cancellations, admission wait, waiting, in use), ``batcher`` (groups,
+        rows, group-size histogram, queue wait), ``reused_prefix_tokens``,
+        ``context_shifts`` and ``scheduler`` (the engine's permit counts and
+        wait/hold nanoseconds)."""
+        stats = self._core.stats()
+        stats["scheduler"] = self.engine.scheduler_stats()
+        return stats
+
+    def __repr__(self) -> str:
+        return f"SlotPool(slots={self.slots}, healthy={self.healthy})"
