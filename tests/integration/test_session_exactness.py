@@ -162,21 +162,3 @@ def test_sessions_of_one_engine_do_not_interfere(model_path):
     alone.prefill(tokens_a)
     assert np.array_equal(a.logits, alone.logits)
 
-
-@pytest.mark.parametrize("group_size", [1, 2, 3, 4])
-def test_a_row_in_a_decode_group_equals_the_row_decoded_alone(model_path, group_size):
-    engine = _engine(model_path)
-    prompts = [_tokens(10 + 7 * i, seed=20 + i) for i in range(group_size)]  # different lengths
-    grouped = [engine.session() for _ in prompts]
-    alone = [engine.session() for _ in prompts]
-    for s, a, prompt in zip(grouped, alone, prompts):
-        s.prefill(prompt)
-        a.prefill(prompt)
-    for step in range(3):
-        tokens = [(17 * step + 5 * i) % N_VOCAB for i in range(group_size)]
-        engine.decode_group(grouped, tokens)
-        for a, token in zip(alone, tokens):
-            a.decode(token)
-        for s, a in zip(grouped, alone):
-            assert np.array_equal(s.logits, a.logits)
-            assert s.tokens == a.tokens

@@ -164,28 +164,6 @@ def test_engine_and_session_arguments_are_validated(tiny_model):
         engine.session(max_context=engine.config["context_length"] + 1)
 
 
-def test_decode_group_validates_before_anything_changes(engine, tiny_model):
-    a, b = engine.session(max_context=16), engine.session()
-    a.prefill(_tokens(16))  # full
-    b.prefill(_tokens(3, seed=1))
-    before = [_state(a), _state(b)]
-    with pytest.raises(muser.ContextOverflow):
-        engine.decode_group([b, a], [1, 2])
-    with pytest.raises(ValueError, match="out of range"):
-        engine.decode_group([b], [N_VOCAB])
-    with pytest.raises(ValueError, match="twice"):
-        engine.decode_group([b, b], [1, 2])
-    with pytest.raises(ValueError, match="1..4"):
-        engine.decode_group([engine.session() for _ in range(5)], [1] * 5)
-    with pytest.raises(ValueError):
-        engine.decode_group([], [])
-    other = muser.Engine(tiny_model("llama", "F32", seed=1), threads=1).session()
-    with pytest.raises(ValueError, match="this engine"):
-        engine.decode_group([b, other], [1, 2])
-    _assert_unchanged(a, before[0])
-    _assert_unchanged(b, before[1])
-
-
 def test_fault_inside_a_decode_group_changes_no_session(engine):
     sessions = [engine.session() for _ in range(3)]
     for i, s in enumerate(sessions):
