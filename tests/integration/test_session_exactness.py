@@ -54,7 +54,6 @@ def test_prefill_in_any_split_equals_one_call(model_path, sizes):
     assert np.array_equal(whole.logits, pieces.logits)
 
 
-@pytest.mark.slow
 def test_prefill_longer_than_one_chunk_equals_decode(tiny_model):
     # 700 tokens: the prefill runs as a 512-row and a 188-row chunk; gemma3's
     # ring planes (16 + 511 rows) wrap during it.
@@ -133,7 +132,6 @@ def test_truncate_to_zero_empties_the_session(model_path):
     assert np.array_equal(session.logits, fresh.logits)
 
 
-@pytest.mark.slow
 def test_truncate_behind_the_ring_rebuilds_bitwise(tiny_model):
     # After 650 positions the ring (527 rows) no longer holds what position
     # 100 needs; truncate rebuilds from the history, with identical bits.

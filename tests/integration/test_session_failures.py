@@ -93,7 +93,6 @@ def test_fault_inside_a_decode_changes_nothing_and_the_session_continues(engine)
     assert np.array_equal(session.logits, straight.logits)
 
 
-@pytest.mark.slow
 def test_fault_in_a_later_prefill_chunk_changes_nothing_even_after_the_ring_moved(engine):
     # The first 512-row chunk succeeds and overwrites ring rows the session
     # still needs at n_past = 100; the second chunk fails. The session keeps

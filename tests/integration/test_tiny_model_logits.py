@@ -65,7 +65,6 @@ def test_prefill_logits_match_reference_for_the_last_position(tiny_model):
     assert np.abs(session.logits - expected).max() <= FLOAT_TOLERANCE
 
 
-@pytest.mark.slow
 def test_gemma3_matches_reference_after_its_sliding_window_ring_wraps(tiny_model):
     # Window 16: ring planes hold 16 + 511 rows, so 700 positions wrap them.
     path = tiny_model("gemma3", "F32", seed=4, context_length=1024, n_layer=6)
