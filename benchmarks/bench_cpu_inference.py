@@ -6,8 +6,8 @@ For each model: prefill tokens/s for a 128- and a 512-token prompt, and
 decode tokens/s (64 greedy steps after the 128-token prompt), with the same
 thread count on both sides; llama.cpp runs through benchmarks/peer_llama_cpp.py
 under the peer interpreter ($MUSER_PEER_PYTHON or ../peer-venv/bin/python).
-Each cell is the best of --reps runs; muser's runs are split around the
-peer's so both see the same machine load. Also reports muser's resident
+Each cell is the best of --reps rounds; rounds alternate between muser and
+the peer so both see the same machine load. Also reports muser's resident
 memory after loading each model and after running four sessions on it
 (weights are mapped once, so the second figure grows only by KV caches and
 activations).
@@ -22,7 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# numpy's BLAS threads would spin beside the compute threads being measured.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -76,13 +79,13 @@ def muser_decode(engine: muser.Engine, prompt: list[int], steps: int) -> float:
 
 def muser_rates(engine: muser.Engine, prompts: dict[int, list[int]], reps: int) -> dict[str, float]:
     rates = {f"prefill {n}": max(muser_prefill(engine, prompts[n]) for _ in range(reps)) for n in PROMPT_LENGTHS}
-    rates["decode"] = max(muser_decode(engine, prompts[128], DECODE_STEPS) for _ in range(max(1, reps - 1)))
+    rates["decode"] = max(muser_decode(engine, prompts[128], DECODE_STEPS) for _ in range(reps))
     return rates
 
 
 def peer_rates(peer_python: str, path: Path, prompts: dict[int, list[int]], threads: int, reps: int) -> dict[str, float]:
     tasks = [{"kind": "prefill", "tokens": prompts[n], "reps": reps} for n in PROMPT_LENGTHS]
-    tasks.append({"kind": "decode", "prompt": prompts[128], "n_steps": DECODE_STEPS, "reps": max(1, reps - 1)})
+    tasks.append({"kind": "decode", "prompt": prompts[128], "n_steps": DECODE_STEPS, "reps": reps})
     results = run_peer(peer_python, str(path), tasks, threads=threads, n_ctx=2048)
     names = [f"prefill {n}" for n in PROMPT_LENGTHS] + ["decode"]
     return {name: r["tokens_per_s"] for name, r in zip(names, results)}
@@ -105,7 +108,6 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=list(REFERENCE_JSON), choices=list(REFERENCE_JSON))
     parser.add_argument("--no-peer", action="store_true", help="muser only")
     args = parser.parse_args()
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     peer_python = None if args.no_peer else default_peer_python()
 
     rows, memory = [], []
@@ -115,17 +117,23 @@ def main() -> int:
         engine = muser.Engine(path, threads=args.threads)
         rss_loaded = rss_mib()
         prompts = {n: prompt_tokens(key, n) for n in PROMPT_LENGTHS}
-        ours = muser_rates(engine, prompts, max(1, args.reps // 2))
-        theirs = peer_rates(peer_python, path, prompts, args.threads, args.reps) if peer_python else {}
-        again = muser_rates(engine, prompts, max(1, args.reps - args.reps // 2))
-        ours = {name: max(rate, again[name]) for name, rate in ours.items()}
+        # Rounds alternate between the two sides so a burst of load from
+        # elsewhere on the machine hits both; each cell keeps its best round.
+        ours: dict[str, float] = {}
+        theirs: dict[str, float] = {}
+        for _ in range(args.reps):
+            for name, rate in muser_rates(engine, prompts, 1).items():
+                ours[name] = max(rate, ours.get(name, 0.0))
+            if peer_python:
+                for name, rate in peer_rates(peer_python, path, prompts, args.threads, 1).items():
+                    theirs[name] = max(rate, theirs.get(name, 0.0))
         for name, rate in ours.items():
             rows.append((key, name, rate, theirs.get(name)))
         kv_bytes = four_session_run(engine, prompts[512])
         memory.append((key, rss_loaded - rss_before, rss_mib() - rss_before, kv_bytes / 2**20, path.stat().st_size / 2**20))
         del engine
 
-    print(f"\nCPU inference, {args.threads} threads, tokens/s (best of {args.reps}); muser {muser.__version__}")
+    print(f"\nCPU inference, {args.threads} threads, tokens/s (best of {args.reps} rounds); muser {muser.__version__}")
     print(f"{'model':14s} {'task':12s} {'muser':>9s} {'llama.cpp':>10s} {'ratio':>7s}")
     for key, name, rate, peer in rows:
         peer_cell = f"{peer:10.1f}" if peer else f"{'-':>10s}"
