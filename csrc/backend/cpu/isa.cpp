@@ -1,7 +1,9 @@
 // Run-time instruction-set detection and the choice of kernel table. The
 // library is compiled for baseline x86-64 (or arm64); only the files named
-// *_avx2.cpp / *_avx512.cpp use wider instructions, and they are reached only
-// through the tables returned here after the CPU said it runs them.
+// *_avx2.cpp / *_avx512.cpp / *_avx512vnni.cpp use wider instructions, and
+// they are reached only through the tables returned here after the CPU said
+// it runs them. Detection runs once (function-local statics); the tables are
+// constant data, so nothing here changes after first use.
 #include <cstring>
 #include <string>
 
