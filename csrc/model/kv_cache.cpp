@@ -1,17 +1,11 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
 namespace muser {
-namespace {
-
-// Growing planes double, starting here, so a long session reallocates a
-// handful of times rather than once per token.
-constexpr size_t kMinGrowRows = 256;
-
-}  // namespace
 
 KvCache::KvCache(const HParams& hp, size_t max_context)
     : max_context_(max_context),
@@ -32,27 +26,49 @@ KvCache::KvCache(const HParams& hp, size_t max_context)
   if (has_ring_) ring_position_.assign(ring_rows_, -1);
 }
 
-size_t KvCache::rows_needed(bool ring, size_t end) const {
-  return ring ? std::min(end, ring_rows_) : end;
+KvCache::KvCache(const KvCache& other, size_t global_keep_pages)
+    : max_context_(other.max_context_),
+      k_width_(other.k_width_),
+      v_width_(other.v_width_),
+      window_(other.window_),
+      ring_rows_(other.ring_rows_),
+      has_global_(other.has_global_),
+      has_ring_(other.has_ring_),
+      global_intact_end_(other.global_intact_end_),
+      ring_position_(other.ring_position_) {
+  auto copy_pages = [](const std::vector<Page>& from, size_t n_pages, size_t width) {
+    std::vector<Page> to;
+    to.reserve(n_pages);
+    for (size_t i = 0; i < n_pages; ++i) {
+      to.emplace_back(new uint16_t[kKvPageRows * width]);
+      std::memcpy(to.back().get(), from[i].get(), kKvPageRows * width * sizeof(uint16_t));
+    }
+    return to;
+  };
+  layers_.resize(other.layers_.size());
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const LayerPlanes& from = other.layers_[il];
+    LayerPlanes& to = layers_[il];
+    to.ring = from.ring;
+    const size_t n_pages = from.ring ? from.k.size() : std::min(from.k.size(), global_keep_pages);
+    to.k = copy_pages(from.k, n_pages, k_width_);
+    to.v = copy_pages(from.v, n_pages, v_width_);
+  }
+}
+
+size_t KvCache::pages_needed(bool ring, size_t end) const {
+  const size_t rows = ring ? std::min(end, ring_rows_) : end;
+  return (rows + kKvPageRows - 1) / kKvPageRows;
 }
 
 void KvCache::grow(size_t end) {
-  // Sizes are computed first and every vector grown before any bookkeeping
-  // changes, so std::bad_alloc leaves the cache as it was.
-  auto target = [&](size_t have, size_t need, size_t cap) {
-    if (need <= have) return have;
-    return std::min(cap, std::max({need, have * 2, kMinGrowRows}));
-  };
-  size_t new_global = has_global_ ? target(global_rows_, rows_needed(false, end), max_context_) : 0;
-  size_t new_ring = has_ring_ ? target(ring_alloc_, rows_needed(true, end), ring_rows_) : 0;
-  if (new_global == global_rows_ && new_ring == ring_alloc_) return;
+  // Pages are only ever added, and a plane's page count is its own, so
+  // std::bad_alloc part-way leaves every existing row where it was.
   for (LayerPlanes& planes : layers_) {
-    size_t rows = planes.ring ? new_ring : new_global;
-    planes.k.resize(rows * k_width_);
-    planes.v.resize(rows * v_width_);
+    const size_t needed = pages_needed(planes.ring, end);
+    while (planes.k.size() < needed) planes.k.emplace_back(new uint16_t[kKvPageRows * k_width_]);
+    while (planes.v.size() < needed) planes.v.emplace_back(new uint16_t[kKvPageRows * v_width_]);
   }
-  global_rows_ = new_global;
-  ring_alloc_ = new_ring;
 }
 
 void KvCache::begin_write(size_t start, size_t n) {
@@ -80,7 +96,7 @@ bool KvCache::intact(size_t first_query, size_t end) const {
   if (has_global_ && global_intact_end_ < end) return false;
   if (has_ring_) {
     // The oldest position any query in [first_query, end) can see.
-    size_t lowest = first_query + 1 > window_ ? first_query + 1 - window_ : 0;
+    const size_t lowest = first_query + 1 > window_ ? first_query + 1 - window_ : 0;
     for (size_t p = lowest; p < end; ++p) {
       if (ring_position_[p % ring_rows_] != static_cast<int64_t>(p)) return false;
     }
@@ -95,40 +111,17 @@ void KvCache::forget_from(size_t position) noexcept {
   }
 }
 
-KvCache::KvCache(const KvCache& other, size_t global_keep_rows)
-    : max_context_(other.max_context_),
-      k_width_(other.k_width_),
-      v_width_(other.v_width_),
-      window_(other.window_),
-      ring_rows_(other.ring_rows_),
-      global_rows_(global_keep_rows),
-      ring_alloc_(other.ring_alloc_),
-      has_global_(other.has_global_),
-      has_ring_(other.has_ring_),
-      global_intact_end_(other.global_intact_end_),
-      ring_position_(other.ring_position_) {
-  layers_.resize(other.layers_.size());
-  for (size_t il = 0; il < layers_.size(); ++il) {
-    const LayerPlanes& from = other.layers_[il];
-    LayerPlanes& to = layers_[il];
-    to.ring = from.ring;
-    size_t rows = from.ring ? ring_alloc_ : global_rows_;
-    to.k.assign(from.k.begin(), from.k.begin() + rows * k_width_);
-    to.v.assign(from.v.begin(), from.v.begin() + rows * v_width_);
-  }
-}
-
 std::unique_ptr<KvState> KvCache::clone() const {
-  // Global rows past the intact end hold nothing of the sequence; the copy
+  // Global pages past the intact end hold nothing of the sequence; the copy
   // leaves them out (it grows again when written).
-  size_t keep = std::min(global_rows_, global_intact_end_);
+  const size_t keep = pages_needed(false, global_intact_end_);
   return std::unique_ptr<KvState>(new KvCache(*this, keep));
 }
 
 size_t KvCache::bytes() const {
   size_t total = ring_position_.capacity() * sizeof(int64_t);
   for (const LayerPlanes& planes : layers_) {
-    total += (planes.k.capacity() + planes.v.capacity()) * sizeof(uint16_t);
+    total += kKvPageRows * (planes.k.size() * k_width_ + planes.v.size() * v_width_) * sizeof(uint16_t);
   }
   return total;
 }

@@ -3,8 +3,10 @@
 //
 // One plane pair (K and V) per layer, rows indexed by position:
 //   K plane: (rows, n_head_kv * head_dim_k) f16, V plane: (rows, n_head_kv * head_dim_v) f16
-// - Global layers: growing planes; position p lives in row p. Rows are
-//   allocated as the sequence grows (doubling), never past max_context.
+// Planes are made of pages of kKvPageRows rows, allocated as the sequence
+// reaches them and never moved, so memory follows the sequence length
+// without reallocation copies.
+// - Global layers: growing planes; position p lives in row p (up to max_context).
 // - Sliding-window layers: ring planes of window + kMaxSegmentRows - 1 rows
 //   (at most max_context); position p lives in row p % ring_rows. The extra
 //   kMaxSegmentRows - 1 rows let every row of a segment see its full window
@@ -26,6 +28,9 @@
 
 namespace muser {
 
+// Rows per page of a KV plane: 64 rows of a 192-wide K row are 24 KiB.
+constexpr size_t kKvPageRows = 64;
+
 class KvCache final : public KvState {
  public:
   KvCache(const HParams& hp, size_t max_context);
@@ -43,33 +48,38 @@ class KvCache final : public KvState {
 
   // Row of layer `il` holding `position` (the caller keeps to positions the
   // planes have room for: those of the current write or intact ones).
-  uint16_t* k_row(uint32_t il, size_t position) { return layers_[il].k.data() + row(il, position) * k_width_; }
-  uint16_t* v_row(uint32_t il, size_t position) { return layers_[il].v.data() + row(il, position) * v_width_; }
+  uint16_t* k_row(uint32_t il, size_t position) { return row_in(layers_[il].k, il, position, k_width_); }
+  uint16_t* v_row(uint32_t il, size_t position) { return row_in(layers_[il].v, il, position, v_width_); }
   const uint16_t* k_row(uint32_t il, size_t position) const {
-    return layers_[il].k.data() + row(il, position) * k_width_;
+    return row_in(layers_[il].k, il, position, k_width_);
   }
   const uint16_t* v_row(uint32_t il, size_t position) const {
-    return layers_[il].v.data() + row(il, position) * v_width_;
+    return row_in(layers_[il].v, il, position, v_width_);
   }
 
   bool is_ring(uint32_t il) const { return layers_[il].ring; }
   size_t ring_rows() const { return ring_rows_; }
 
  private:
+  using Page = std::unique_ptr<uint16_t[]>;  // kKvPageRows rows
   struct LayerPlanes {
     bool ring = false;
-    std::vector<uint16_t> k;
-    std::vector<uint16_t> v;
+    std::vector<Page> k;
+    std::vector<Page> v;
   };
 
-  // Copy holding only the first global_keep_rows rows of each global plane.
-  KvCache(const KvCache& other, size_t global_keep_rows);
+  // Copy holding only the first global_keep_pages pages of each global plane.
+  KvCache(const KvCache& other, size_t global_keep_pages);
 
   size_t row(uint32_t il, size_t position) const {
     return layers_[il].ring ? position % ring_rows_ : position;
   }
-  // Rows a plane needs to hold positions < end.
-  size_t rows_needed(bool ring, size_t end) const;
+  uint16_t* row_in(const std::vector<Page>& pages, uint32_t il, size_t position, size_t width) const {
+    const size_t r = row(il, position);
+    return pages[r / kKvPageRows].get() + (r % kKvPageRows) * width;
+  }
+  // Pages a plane needs to hold positions < end.
+  size_t pages_needed(bool ring, size_t end) const;
   void grow(size_t end);
 
   size_t max_context_;
@@ -77,8 +87,6 @@ class KvCache final : public KvState {
   size_t v_width_;
   size_t window_;      // sliding window (0 when no layer slides)
   size_t ring_rows_;   // rows of a full ring (0 when no layer slides)
-  size_t global_rows_ = 0;  // rows allocated in each global plane
-  size_t ring_alloc_ = 0;   // rows allocated in each ring plane (grows up to ring_rows_)
   bool has_global_ = false;
   bool has_ring_ = false;
   std::vector<LayerPlanes> layers_;

@@ -18,6 +18,10 @@ namespace {
 // Rows per task for the per-row ops; below this many rows they run inline
 // (waking the pool costs more than the work).
 constexpr size_t kRowsPerTask = 8;
+// Consecutive rows of a segment whose attention one task computes together.
+constexpr size_t kAttentionBlockRows = 4;
+// Query heads per KV head the attention blocks are sized for.
+constexpr size_t kMaxGroupHeads = 64;
 
 // A norm weight or bias as float32 (ModelWeights checked its type and shape).
 std::vector<float> to_floats(const TensorInfo* t) {
@@ -54,10 +58,17 @@ void grow(std::vector<float>& v, size_t n) {
 }  // namespace
 
 CpuBackend::CpuBackend(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool)
-    : model_(std::move(model)), pool_(std::move(pool)), f16_(cpu::f16_vec_ops()) {
+    : model_(std::move(model)),
+      pool_(std::move(pool)),
+      f16_(cpu::f16_vec_ops()),
+      activations_(cpu::activation_ops()) {
   if (!model_ || !pool_) throw InternalError("[cpu backend] needs a model and a thread pool");
   const HParams& hp = model_->hparams;
   const ModelWeights& w = model_->weights;
+  if (hp.n_head / hp.n_head_kv > kMaxGroupHeads) {
+    throw ModelFormatError("[cpu backend] " + std::to_string(hp.n_head / hp.n_head_kv) +
+                           " query heads per KV head: expected at most " + std::to_string(kMaxGroupHeads));
+  }
   const std::vector<float> rope_divisors = to_floats(w.rope_freqs);
   layer_vectors_.resize(hp.n_layer);
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
@@ -138,8 +149,20 @@ void CpuBackend::forward(const std::vector<ForwardSegment>& segments) {
   grow(ws_.up, n_rows * hp.n_ff);
   grow(ws_.rope_cos, rope_.size() * n_rows * (hp.n_rot / 2));
   grow(ws_.rope_sin, rope_.size() * n_rows * (hp.n_rot / 2));
+  attention_blocks_.clear();
+  size_t first_row = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    for (size_t i = 0; i < segments[s].n_tokens; i += kAttentionBlockRows) {
+      const size_t n = std::min(kAttentionBlockRows, segments[s].n_tokens - i);
+      attention_blocks_.push_back(AttentionBlock{s, first_row + i, n});
+    }
+    first_row += segments[s].n_tokens;
+  }
+  const size_t group = hp.n_head / hp.n_head_kv;
   ws_.scores.resize(static_cast<size_t>(pool_->size()));
-  for (auto& scratch : ws_.scores) grow(scratch, longest_span);
+  const size_t scratch =
+      cpu::attention_scratch_floats(kAttentionBlockRows * group, longest_span, hp.head_dim_k, hp.head_dim_v);
+  for (auto& per_thread : ws_.scores) grow(per_thread, scratch);
   for (size_t s = 0; s < segments.size(); ++s) {
     if (!segments[s].replay) caches[s]->begin_write(segments[s].start, segments[s].n_tokens);
   }
@@ -233,25 +256,48 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
     }
   });
 
+  // Attention tasks: a block of up to kAttentionBlockRows consecutive rows of
+  // one segment times some query heads of one KV group. Each task converts a
+  // key/value row once for all its queries; how tasks are cut changes no bits.
   const size_t group = hp.n_head / hp.n_head_kv;
   const size_t window = la.sliding ? hp.sliding_window : 0;
-  pool.parallel_for(n_rows * hp.n_head, [&](size_t task, int thread) {
-    const size_t r = task / hp.n_head;
-    const size_t h = task % hp.n_head;
-    const Row& row = rows_[r];
-    const size_t kv_head = h / group;
-    cpu::AttentionHead head;
-    head.layer = il;
-    head.k_offset = kv_head * hp.head_dim_k;
-    head.v_offset = kv_head * hp.head_dim_v;
-    head.head_dim_k = hp.head_dim_k;
-    head.head_dim_v = hp.head_dim_v;
-    head.scale = hp.attn_scale;
-    const size_t first = window > 0 && row.position + 1 > window ? row.position + 1 - window : 0;
-    cpu::attend(ws_.q.data() + r * q_width + h * hp.head_dim_k, *caches[row.segment], head, first,
-                row.position, f16_, ws_.scores[static_cast<size_t>(thread)].data(),
-                ws_.attn.data() + r * attn_width + h * hp.head_dim_v);
-  });
+  const size_t n_blocks = attention_blocks_.size();
+  const size_t heads_per_task =
+      n_blocks * hp.n_head_kv >= 2 * static_cast<size_t>(pool.size()) ? group : 1;
+  const size_t tasks_per_block = hp.n_head / heads_per_task;
+  cpu::AttentionKv kv_head;
+  kv_head.layer = il;
+  kv_head.head_dim_k = hp.head_dim_k;
+  kv_head.head_dim_v = hp.head_dim_v;
+  kv_head.scale = hp.attn_scale;
+  auto attention_task = [&](size_t task, int thread) {
+    const AttentionBlock& block = attention_blocks_[task / tasks_per_block];
+    const size_t first_head = (task % tasks_per_block) * heads_per_task;
+    cpu::AttentionKv head = kv_head;
+    head.k_offset = (first_head / group) * hp.head_dim_k;
+    head.v_offset = (first_head / group) * hp.head_dim_v;
+    cpu::AttentionQuery queries[kAttentionBlockRows * kMaxGroupHeads];
+    size_t n_queries = 0;
+    for (size_t r = block.first_row; r < block.first_row + block.n_rows; ++r) {
+      const size_t position = rows_[r].position;
+      const size_t first = window > 0 && position + 1 > window ? position + 1 - window : 0;
+      for (size_t h = first_head; h < first_head + heads_per_task; ++h) {
+        cpu::AttentionQuery& query = queries[n_queries++];
+        query.q = ws_.q.data() + r * q_width + h * hp.head_dim_k;
+        query.out = ws_.attn.data() + r * attn_width + h * hp.head_dim_v;
+        query.first = first;
+        query.last = position;
+      }
+    }
+    cpu::attend_block(*caches[block.segment], head, queries, n_queries, f16_,
+                      ws_.scores[static_cast<size_t>(thread)].data());
+  };
+  const size_t n_tasks = n_blocks * tasks_per_block;
+  if (n_tasks == 1 || pool.size() == 1) {
+    for (size_t task = 0; task < n_tasks; ++task) attention_task(task, 0);
+  } else {
+    pool.parallel_for(n_tasks, attention_task);
+  }
 
   cpu::matmul(*lw.attn_output, ws_.attn.data(), n_rows, ws_.proj.data(), pool);
   for_row_chunks(n_rows, [&](size_t first, size_t last) {
@@ -272,9 +318,9 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
       float* gate = ws_.gate.data() + r * hp.n_ff;
       const float* up = ws_.up.data() + r * hp.n_ff;
       if (hp.ffn_activation == FfnActivation::Silu) {
-        cpu::swiglu(gate, up, hp.n_ff);
+        activations_.swiglu(gate, up, hp.n_ff);
       } else {
-        cpu::geglu(gate, up, hp.n_ff);
+        activations_.geglu(gate, up, hp.n_ff);
       }
     }
   });

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/ops_activation.h"
 #include "backend/cpu/ops_rope.h"
 #include "backend/cpu/vec_f16.h"
 #include "core/thread_pool.h"
@@ -44,11 +45,17 @@ class CpuBackend final : public Backend {
   struct Workspace {
     std::vector<float> x, xn, q, k, v, attn, proj, gate, up, logits;
     std::vector<float> rope_cos, rope_sin;  // (rope kinds, rows, n_rot / 2)
-    std::vector<std::vector<float>> scores; // per thread: attention scratch
+    std::vector<std::vector<float>> scores; // per thread: attention scratch (ops_attention.h)
   };
   struct Row {
     size_t segment;
     size_t position;
+  };
+  // Consecutive rows of one segment whose attention runs as one task.
+  struct AttentionBlock {
+    size_t segment;
+    size_t first_row;
+    size_t n_rows;
   };
 
   void run_layer(uint32_t il, const std::vector<ForwardSegment>& segments,
@@ -61,11 +68,13 @@ class CpuBackend final : public Backend {
   std::shared_ptr<const Model> model_;
   std::shared_ptr<ThreadPool> pool_;
   const cpu::F16VecOps& f16_;
+  const cpu::ActivationOps& activations_;
   std::vector<LayerVectors> layer_vectors_;
   std::vector<float> output_norm_;
   std::vector<cpu::RopeFrequencies> rope_;
   Workspace ws_;
   std::vector<Row> rows_;
+  std::vector<AttentionBlock> attention_blocks_;
   std::vector<int32_t> tokens_;
 };
 

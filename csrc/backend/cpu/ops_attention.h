@@ -1,4 +1,7 @@
-// Scaled dot-product attention of one query head over the f16 KV cache.
+// Scaled dot-product attention over the f16 KV cache, for a block of query
+// heads that read the same KV head (several rows of one segment, and the
+// query heads of one GQA group): each key and value row is converted to
+// float32 once for the whole block.
 #pragma once
 
 #include <cstddef>
@@ -9,20 +12,33 @@
 
 namespace muser::cpu {
 
-struct AttentionHead {
+struct AttentionKv {
   uint32_t layer = 0;
-  size_t k_offset = 0;   // offset of the KV head within a K row (kv_head * head_dim_k)
-  size_t v_offset = 0;   // offset of the KV head within a V row (kv_head * head_dim_v)
+  size_t k_offset = 0;  // offset of the KV head within a K row (kv_head * head_dim_k)
+  size_t v_offset = 0;  // offset of the KV head within a V row (kv_head * head_dim_v)
   size_t head_dim_k = 0;
   size_t head_dim_v = 0;
-  float scale = 1.0f;    // multiplies q.k
+  float scale = 1.0f;   // multiplies q.k
 };
 
-// out (head_dim_v floats) = sum_p softmax_p(scale * q . K[p]) * V[p] over
-// positions p in [first, last] of `kv` (all intact). scores: scratch of at
-// least last - first + 1 floats. Positions are visited in ascending order in
-// every pass, so the result depends only on q and the cache contents.
-void attend(const float* q, const KvCache& kv, const AttentionHead& head, size_t first, size_t last,
-            const F16VecOps& ops, float* scores, float* out);
+// One query head: it attends to positions [first, last] (all intact in the cache).
+struct AttentionQuery {
+  const float* q = nullptr;  // head_dim_k floats
+  float* out = nullptr;      // head_dim_v floats
+  size_t first = 0;
+  size_t last = 0;
+};
+
+// Floats of scratch attend_block needs.
+size_t attention_scratch_floats(size_t n_queries, size_t span, size_t head_dim_k, size_t head_dim_v);
+
+// For each query: out = sum_p softmax_p(scale * q . K[p]) * V[p] over its
+// positions. Every query's arithmetic is the same whichever block it is in:
+// its dot products and its weighted sum visit positions in ascending order,
+// so the result depends only on q and the cache (batch invariance).
+// scratch: attention_scratch_floats(n_queries, span, ...) floats, where span
+// covers every query's range (max last - min first + 1).
+void attend_block(const KvCache& kv, const AttentionKv& head, const AttentionQuery* queries, size_t n_queries,
+                  const F16VecOps& ops, float* scratch);
 
 }  // namespace muser::cpu

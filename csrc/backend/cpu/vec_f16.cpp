@@ -11,30 +11,33 @@ const F16VecOps& avx2_f16_vec_ops();
 
 namespace {
 
-// Eight partial sums combined pairwise at the end: the summation order of the
-// SIMD versions (which differ only in fusing multiply and add).
-float dot_scalar(const float* x, const uint16_t* y, size_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (size_t j = 0; j < 8; ++j) acc[j] += x[i + j] * fp16_to_fp32(y[i + j]);
-  }
-  for (size_t j = 0; i < n; ++i, ++j) acc[j] += x[i] * fp16_to_fp32(y[i]);
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
-void axpy_scalar(float* y, float a, const uint16_t* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+void to_f32_scalar(const uint16_t* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
 }
 
 void to_f16_scalar(const float* x, uint16_t* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
+// Eight interleaved partial sums combined pairwise at the end.
+float dot_scalar(const float* x, const float* y, size_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t j = 0; j < 8; ++j) acc[j] += x[i + j] * y[i + j];
+  }
+  for (size_t j = 0; i < n; ++i, ++j) acc[j] += x[i] * y[i];
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+void axpy_scalar(float* y, float a, const float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
 }  // namespace
 
 const F16VecOps& scalar_f16_vec_ops() {
-  static const F16VecOps ops{"scalar", dot_scalar, axpy_scalar, to_f16_scalar};
+  static const F16VecOps ops{"scalar", to_f32_scalar, to_f16_scalar, dot_scalar, axpy_scalar};
   return ops;
 }
 

@@ -1,7 +1,7 @@
-// Vector primitives between float32 and f16 (IEEE binary16) rows: what the
-// attention over the f16 KV cache is built from. One implementation per
-// instruction set, picked once per process; each keeps a fixed reduction
-// order that depends only on n, so a row's result never depends on the batch.
+// Vector primitives for the attention over the f16 KV cache. One
+// implementation per instruction set, picked once per process. Each keeps a
+// reduction order that depends only on n, so a row's result never depends on
+// the batch it came in.
 #pragma once
 
 #include <cstddef>
@@ -11,12 +11,14 @@ namespace muser::cpu {
 
 struct F16VecOps {
   const char* isa;
-  // sum_i x[i] * f32(y[i])
-  float (*dot)(const float* x, const uint16_t* y, size_t n);
-  // y[i] += a * f32(x[i])
-  void (*axpy)(float* y, float a, const uint16_t* x, size_t n);
+  // y[i] = f32(x[i]) (exact)
+  void (*to_f32)(const uint16_t* x, float* y, size_t n);
   // y[i] = f16(x[i]), round to nearest even
   void (*to_f16)(const float* x, uint16_t* y, size_t n);
+  // sum_i x[i] * y[i], in an order fixed by n (and the instruction set)
+  float (*dot)(const float* x, const float* y, size_t n);
+  // y[i] += a * x[i]
+  void (*axpy)(float* y, float a, const float* x, size_t n);
 };
 
 const F16VecOps& scalar_f16_vec_ops();
