@@ -99,6 +99,23 @@ def test_a_row_is_bitwise_identical_alone_or_in_any_batch_and_thread_count(case)
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda q: q.name)
+def test_every_row_of_a_large_batch_equals_that_row_computed_alone(qtype, isa):
+    # 37 rows: kernels may switch to a batched (GEMM) path for full groups of
+    # rows and keep a row-at-a-time path for the rest; no row may notice.
+    rng = np.random.default_rng(31 + id_of(qtype))
+    n_in, n_out = input_size(qtype, 4), 21
+    raw = random_matrix(qtype, n_in, n_out, rng)
+    x = rng.standard_normal((37, n_in)).astype(np.float32)
+    w = t.dequantize(id_of(qtype), raw, n_in * n_out).reshape(n_out, n_in)
+    batched = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa=isa)
+    assert np.all(np.abs(batched - x.astype(np.float64) @ w.astype(np.float64).T) <= quantization_bound(qtype, w, x))
+    for r in (0, 15, 16, 31, 32, 36):
+        alone = t.matmul(id_of(qtype), raw, n_in, n_out, x[r:r + 1], threads=1, isa=isa)
+        assert np.array_equal(batched[r], alone[0]), f"row {r}"
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_a_large_matmul_is_identical_on_one_and_two_threads(isa):
     rng = np.random.default_rng(9)
     n_in, n_out = 512, 300

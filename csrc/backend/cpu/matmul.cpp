@@ -13,9 +13,6 @@
 namespace muser::cpu {
 namespace {
 
-// Weight rows one tile call covers: small enough that the rows stay in L1/L2
-// while every activation row streams past them.
-constexpr size_t kWeightRowsPerTile = 32;
 // Output rows per parallel task are a multiple of this (the SIMD tiles work
 // on groups of up to 4 weight rows).
 constexpr size_t kChunkGranule = 16;
@@ -99,13 +96,12 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
   const size_t n_tasks = (n_out + chunk - 1) / chunk;
   const uint8_t* act_bytes = act.get();
   pool.parallel_for(n_tasks, [&](size_t task, int) {
+    // One tile call per chunk: the kernels block for the caches themselves
+    // and may reorganize the activation rows once per call.
     const size_t first = task * chunk;
-    const size_t last = std::min(n_out, first + chunk);
-    for (size_t o = first; o < last; o += kWeightRowsPerTile) {
-      const size_t rows = std::min(kWeightRowsPerTile, last - o);
-      tile(n_in, w.data + o * w_row_bytes, w_row_bytes, rows, act_bytes, act_row_bytes, n_rows,
-           y + o, n_out);
-    }
+    const size_t rows = std::min(n_out, first + chunk) - first;
+    tile(n_in, w.data + first * w_row_bytes, w_row_bytes, rows, act_bytes, act_row_bytes, n_rows,
+         y + first, n_out);
   });
 }
 
