@@ -68,7 +68,7 @@ def test_vec_dot_rejects_an_isa_this_cpu_lacks_or_does_not_know():
     x = np.zeros(32, dtype=np.float32)
     with pytest.raises(ValueError, match="unknown instruction set"):
         t.vec_dot(int(GT.Q8_0), raw, x, "sse9")
-    for isa in ("avx2", "avx512"):
+    for isa in ("avx2", "avx512", "avx512vnni"):
         if isa not in t.cpu_isas():
             with pytest.raises(ValueError, match="not supported by this CPU"):
                 t.vec_dot(int(GT.Q8_0), raw, x, isa)
