@@ -15,6 +15,7 @@ current position, which makes every result deterministic.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["Candidates", "top_positions"]
 
@@ -125,7 +126,14 @@ class Candidates:
         return cls(None, values, sorted=False)
 
     @classmethod
-    def from_arrays(cls, ids, logits, probs=None, *, sorted: bool = False) -> "Candidates":
+    def from_arrays(
+        cls,
+        ids: ArrayLike,
+        logits: ArrayLike,
+        probs: ArrayLike | None = None,
+        *,
+        sorted: bool = False,
+    ) -> "Candidates":
         """Candidates with explicit ids/logits[/probs] (copied), e.g. for tests."""
         ids_array = np.array(ids, dtype=np.int32, copy=True)
         logits_array = np.array(logits, dtype=np.float32, copy=True)
