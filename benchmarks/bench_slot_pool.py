@@ -64,12 +64,13 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--window-us", type=float, default=250.0, help="the pool's decode batching window")
     parser.add_argument("--peer", default=default_peer_python())
     args = parser.parse_args()
     for key in args.models:
         path = muser.models.fetch(key)
         engine = muser.Engine(path, threads=args.threads)
-        pool = muser.SlotPool(engine, slots=4, max_context=512)
+        pool = muser.SlotPool(engine, slots=4, max_context=512, batch_window_us=args.window_us)
         measure(pool, 8, concurrent=True)  # warm up
         seq_tps, seq_gaps = measure(pool, args.tokens, concurrent=False)
         con_tps, con_gaps = measure(pool, args.tokens, concurrent=True)
@@ -80,7 +81,8 @@ def main() -> None:
                                                          "n_steps": args.tokens, "reps": 1}], threads=args.threads)
             peer_tps = result["tokens_per_s"]
         groups = pool.stats()["batcher"]["group_size_counts"]
-        print(f"\n{key}: 4 greedy generations of {args.tokens} tokens, {args.threads} threads")
+        print(f"\n{key}: 4 greedy generations of {args.tokens} tokens, {args.threads} threads, "
+              f"batch window {args.window_us:g} us")
         print(f"{'mode':<28} | {'tokens/s':>8} | {'p50 ms/token':>12} | {'p99 ms/token':>12}")
         for name, tps, gaps in (("one after another", seq_tps, seq_gaps), ("4 concurrent (SlotPool)", con_tps, con_gaps)):
             p50, p99 = np.percentile(np.array(gaps) * 1e3, [50, 99])

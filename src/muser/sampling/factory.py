@@ -78,13 +78,26 @@ def make_sampler(
     elif params.mirostat == 2:
         samplers += [Temperature(params.temperature), MirostatV2(params.mirostat_tau, params.mirostat_eta, seed)]
     else:
-        for name in params.samplers:
-            samplers.append(_build(name, params, seed, vocab, dry_breakers, context_size))
         # At temperature 0 the temperature sampler leaves one finite logit, so the
         # draw could only pick it; greedy picks the same token without a draw.
         greedy = params.temperature <= 0.0 and "temperature" in params.samplers
+        if not (greedy and not _can_move_the_argmax(params)):
+            # (Otherwise every sampler before greedy only trims the tail, which
+            # never removes the top token: skip them, same token, less work.)
+            for name in params.samplers:
+                samplers.append(_build(name, params, seed, vocab, dry_breakers, context_size))
         samplers.append(Greedy() if greedy else Distribution(seed))
     return SamplerChain(samplers, grammar=grammar, seed=seed)
+
+
+def _can_move_the_argmax(params: SamplingParams) -> bool:
+    """Whether a sampler in ``params.samplers`` may change which token has the
+    highest logit (penalties, DRY and XTC can; top-k/p, min-p, typical,
+    top-n-sigma and temperature only trim or rescale)."""
+    active = set(params.samplers)
+    penalties = params.repeat_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+    return ("penalties" in active and penalties) or ("dry" in active and params.dry_multiplier > 0.0) or (
+        "xtc" in active and params.xtc_probability > 0.0)
 
 
 def _build(
