@@ -36,6 +36,7 @@ nb::dict batcher_stats_dict(const BatcherStats& st) {
   d["max_queue_wait_ns"] = st.max_queue_wait_ns;
   d["cancelled_in_queue"] = st.cancelled_in_queue;
   d["failed_groups"] = st.failed_groups;
+  d["think_time_ns"] = st.think_time_ns;
   return d;
 }
 

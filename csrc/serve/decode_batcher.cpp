@@ -84,6 +84,12 @@ std::vector<DecodeJob*> DecodeBatcher::take_group_locked() {
 void DecodeBatcher::submit(DecodeJob& job) {
   std::unique_lock<std::mutex> lock(mutex_);
   job.submitted_at = Clock::now();
+  if (auto it = finished_at_.find(job.slot_id); it != finished_at_.end()) {
+    // A stream's think time: from its previous step finishing to this submit.
+    const double think = static_cast<double>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(job.submitted_at - it->second).count());
+    think_ns_ = think_ns_ == 0.0 ? think : 0.8 * think_ns_ + 0.2 * think;
+  }
   job.taken = false;
   job.done = false;
   job.error = nullptr;
@@ -96,7 +102,9 @@ void DecodeBatcher::submit(DecodeJob& job) {
     }
     if (!runner_active_) {
       runner_active_ = true;
-      const auto deadline = Clock::now() + window_;
+      const auto allowance = std::min<std::chrono::nanoseconds>(
+          kMaxThinkAllowance, std::chrono::nanoseconds(static_cast<int64_t>(think_ns_)));
+      const auto deadline = Clock::now() + window_ + allowance;
       auto enough_rows = [&] {
         size_t could_join = std::min(max_rows_, std::max<size_t>(participants_, 1));
         return queue_.size() >= could_join;
@@ -114,9 +122,11 @@ void DecodeBatcher::submit(DecodeJob& job) {
           error = std::current_exception();
         }
         lock.lock();
+        const auto finished = Clock::now();
         for (DecodeJob* member : group) {
           member->done = true;
           member->error = error;
+          finished_at_[member->slot_id] = finished;
         }
         stats_.groups += 1;
         stats_.rows += group.size();
@@ -136,7 +146,9 @@ void DecodeBatcher::submit(DecodeJob& job) {
 
 BatcherStats DecodeBatcher::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  BatcherStats out = stats_;
+  out.think_time_ns = static_cast<uint64_t>(think_ns_);
+  return out;
 }
 
 }  // namespace muser

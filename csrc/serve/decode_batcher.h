@@ -2,8 +2,12 @@
 // up to four rows, one weight pass each (DESIGN.md "Serving level").
 //
 // Each request thread submits its job and waits. The first thread that finds
-// no runner becomes the runner: it waits up to `window` while fewer rows are
-// queued than could arrive, sorts the queue by the cyclic slot rotation,
+// no runner becomes the runner: it waits while fewer rows are queued than
+// could arrive, for up to `window` plus the time streams were recently seen
+// to spend between their steps (their "think time": sampling, detokenizing,
+// and in Python waiting for the GIL one after another), capped at
+// kMaxThinkAllowance. Without that allowance streams that finished the same
+// group come back staggered and the window closes on a group of one. Then it sorts the queue by the cyclic slot rotation,
 // takes up to `max_rows`, leaves the rest queued, runs one group, installs
 // each row's outcome in its job and wakes the owners. Then the next waiting
 // thread becomes runner for whatever is still queued.
@@ -25,6 +29,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "core/cancel_token.h"
@@ -43,6 +48,9 @@ struct DecodeJob {
   std::exception_ptr error;
 };
 
+// The most a runner waits beyond `window` for streams that are thinking.
+constexpr std::chrono::microseconds kMaxThinkAllowance{2000};
+
 struct BatcherStats {
   uint64_t groups = 0;
   uint64_t rows = 0;
@@ -51,6 +59,7 @@ struct BatcherStats {
   uint64_t max_queue_wait_ns = 0;
   uint64_t cancelled_in_queue = 0;
   uint64_t failed_groups = 0;
+  uint64_t think_time_ns = 0;  // smoothed time between a stream's steps
 };
 
 class DecodeBatcher {
@@ -90,6 +99,9 @@ class DecodeBatcher {
   bool runner_active_ = false;
   size_t participants_ = 0;
   std::optional<uint64_t> last_slot_;
+  // When each slot's last job finished, and the smoothed gap to its next submit.
+  std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> finished_at_;
+  double think_ns_ = 0.0;
   BatcherStats stats_;
 };
 

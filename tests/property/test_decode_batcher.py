@@ -149,3 +149,33 @@ def test_a_single_stream_is_not_delayed_by_the_rendezvous_window():
 def test_max_rows_outside_one_to_four_is_rejected(max_rows):
     with pytest.raises(ValueError, match="max_rows"):
         _core.DecodeBatcher(Recorder(), window_us=250, max_rows=max_rows)
+
+
+def test_streams_that_come_back_one_after_another_still_share_groups():
+    # Each stream "thinks" 0.6 ms between steps holding a shared lock, as
+    # Python generation threads do under the GIL: they return staggered, far
+    # beyond a 250 us window. The batcher learns that think time and waits
+    # for them (capped at 2 ms), so most groups carry more than two rows.
+    think_lock = threading.Lock()
+    batcher = _core.DecodeBatcher(Recorder(step_s=0.001), window_us=250, max_rows=4)
+    for _ in range(4):
+        batcher.add_participant()
+
+    def stream(slot: int):
+        try:
+            for step in range(40):
+                with think_lock:
+                    time.sleep(0.0006)
+                batcher.submit(slot, step)
+        finally:
+            batcher.remove_participant()
+
+    threads = [threading.Thread(target=stream, args=(slot,)) for slot in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    stats = batcher.stats()
+    sizes = stats["group_size_counts"]
+    assert sizes[3] + sizes[4] > sizes[1] + sizes[2], sizes
+    assert 0 < stats["think_time_ns"]
