@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 
 from muser._core import _testing as t
 

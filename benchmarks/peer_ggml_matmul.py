@@ -26,7 +26,6 @@ import sys
 import time
 
 import llama_cpp
-import numpy as np
 
 from random_weights import TYPES, random_activations, random_weight
 

@@ -17,7 +17,6 @@ decode advances n_seq sequences with one batch of n_seq rows per step.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import sys
 import time

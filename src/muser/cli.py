@@ -98,8 +98,6 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import time
 
-    import muser
-
     engine = _engine(args.model, args.threads)
     prompt = engine.tokenize("The quick brown fox jumps over the lazy dog. " * 64)[: args.prompt_tokens]
     session = engine.session(max_context=len(prompt) + args.decode_tokens + 1)

@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
@@ -205,17 +205,18 @@ class _Request:
             rest = self.tokens[slot.reused_tokens:]
             for at in range(0, len(rest), PREFILL_PIECE):
                 slot.prefill(rest[at:at + PREFILL_PIECE])
-            if not rest and slot.logits is None:
-                raise ValueError("the prompt left no next-token logits")  # cannot happen: prompts are non-empty
             prefilled = time.perf_counter()
             chain.accept_prompt(self.tokens)
             detok = StreamingDetokenizer(token_bytes, token_types, engine.tokenizer.add_space_prefix,
                                          special=options.special, at_sequence_start=False)
             stops = StopMatcher(options.stop, stop_token_ids=options.stop_token_ids,
                                 end_of_generation_ids=engine.eog_ids)
-            timings = lambda n: GenerationTimings(  # noqa: E731
-                prompt_tokens=len(rest), prompt_ms=(prefilled - queued) * 1e3, generated_tokens=n,
-                generation_ms=(time.perf_counter() - prefilled) * 1e3, queue_ms=(queued - started) * 1e3)
+
+            def timings(generated: int) -> GenerationTimings:
+                return GenerationTimings(
+                    prompt_tokens=len(rest), prompt_ms=(prefilled - queued) * 1e3, generated_tokens=generated,
+                    generation_ms=(time.perf_counter() - prefilled) * 1e3, queue_ms=(queued - started) * 1e3)
+
             if options.echo:
                 self._emit(GenerationChunk(engine.detokenize(self.tokens), index=self.index, timings=timings(0)))
             self.pool._core.begin_decoding()

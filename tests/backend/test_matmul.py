@@ -8,7 +8,6 @@ from gguf import GGMLQuantizationType as GT
 
 from muser._core import _testing as t
 
-import activation_blocks as ab
 from kernel_cases import ALL_TYPES, block_geometry, id_of, random_matrix
 
 ISAS = t.cpu_isas()
