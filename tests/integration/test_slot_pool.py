@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import muser
+from tests.fixtures.driving import greedy, random_prompt, run_in_threads
 from tests.fixtures.tiny_models import write_tiny_model
 
 
@@ -18,29 +19,17 @@ def engine(tmp_path_factory):
     return muser.Engine(write_tiny_model(tmp_path_factory.mktemp("pool") / "llama.gguf", weight_type="Q8_0"), threads=2)
 
 
-def _prompt(seed: int, length: int, n_vocab: int) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(0, n_vocab, length)]
 
 
 def _generate(slot, prompt: list[int], n: int) -> list[int]:
     slot.prefill(prompt[slot.reused_tokens:])
-    out = []
-    for _ in range(n):
-        token = int(np.argmax(slot.logits))
-        out.append(token)
-        slot.decode(token)
-    return out
+    return greedy(slot, n)
 
 
 def _alone(engine, prompt, n):
     s = engine.session(max_context=256)
     s.prefill(prompt)
-    out = []
-    for _ in range(n):
-        token = int(np.argmax(s.logits))
-        out.append(token)
-        s.decode(token)
-    return out
+    return greedy(s, n)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -55,29 +44,18 @@ def test_out_of_range_arguments_raise_value_error(engine, kwargs, message):
 def test_sixteen_concurrent_requests_on_four_slots_all_complete_each_equal_to_running_alone(engine):
     n_vocab = engine.config["n_vocab"]
     pool = muser.SlotPool(engine, slots=4, max_context=256)
-    prompts = [_prompt(i, 5 + i, n_vocab) for i in range(16)]
+    prompts = [random_prompt(i, 5 + i, n_vocab) for i in range(16)]
     expected = [_alone(engine, p, 24) for p in prompts]
-    results: dict[int, list[int]] = {}
-    errors: list = []
 
     def request(i):
-        try:
-            with pool.acquire(prompts[i]) as slot:
-                pool._core.begin_decoding()
-                try:
-                    results[i] = _generate(slot, prompts[i], 24)
-                finally:
-                    pool._core.end_decoding()
-        except BaseException as exc:
-            errors.append(exc)
+        with pool.acquire(prompts[i]) as slot:
+            pool._core.begin_decoding()
+            try:
+                return _generate(slot, prompts[i], 24)
+            finally:
+                pool._core.end_decoding()
 
-    threads = [threading.Thread(target=request, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors
-    assert [results[i] for i in range(16)] == expected
+    assert run_in_threads(request, 16) == expected
     stats = pool.stats()
     assert stats["admission"]["admissions"] == 16
     assert sum(stats["batcher"]["group_size_counts"][2:]) > 0, "no decode group larger than one formed"
@@ -129,13 +107,13 @@ def test_a_timeout_raises_timeout_error(engine):
 def test_the_slot_sharing_the_longest_prefix_is_reused_and_only_the_rest_is_prefilled(engine):
     n_vocab = engine.config["n_vocab"]
     pool = muser.SlotPool(engine, slots=2, max_context=128)
-    shared = _prompt(1, 30, n_vocab)
+    shared = random_prompt(1, 30, n_vocab)
     with pool.acquire(shared) as slot:
         slot.prefill(shared)
         first_slot = slot.index
-    with pool.acquire(_prompt(2, 10, n_vocab)) as other:  # an unrelated prompt takes the other slot
+    with pool.acquire(random_prompt(2, 10, n_vocab)) as other:  # an unrelated prompt takes the other slot
         assert other.index != first_slot and other.reused_tokens == 0
-    follow_up = shared + _prompt(3, 5, n_vocab)
+    follow_up = shared + random_prompt(3, 5, n_vocab)
     with pool.acquire(follow_up) as slot:
         assert slot.index == first_slot and slot.reused_tokens == 30
         got = _generate(slot, follow_up, 8)
@@ -146,7 +124,7 @@ def test_the_slot_sharing_the_longest_prefix_is_reused_and_only_the_rest_is_pref
 def test_a_prompt_that_is_a_prefix_of_the_history_rewinds_with_the_right_logits(engine):
     n_vocab = engine.config["n_vocab"]
     pool = muser.SlotPool(engine, slots=1, max_context=128)
-    prompt = _prompt(4, 20, n_vocab)
+    prompt = random_prompt(4, 20, n_vocab)
     with pool.acquire(prompt) as slot:
         _generate(slot, prompt, 6)
     with pool.acquire(prompt[:12]) as slot:
@@ -203,7 +181,7 @@ def test_with_one_slot_there_is_no_coalescing_delay(engine):
 def test_context_shift_equals_a_fresh_session_prefilling_the_shifted_context(engine):
     n_vocab = engine.config["n_vocab"]
     pool = muser.SlotPool(engine, slots=1, max_context=64)
-    prompt = _prompt(8, 64, n_vocab)
+    prompt = random_prompt(8, 64, n_vocab)
     with pool.acquire(prompt) as slot:
         slot.prefill(prompt)
         with pytest.raises(muser.ContextOverflow):

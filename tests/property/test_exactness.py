@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import muser
+from tests.fixtures.driving import greedy, random_prompt, run_in_threads
 from tests.fixtures.tiny_models import write_tiny_model
 
 TINY_MODELS = {
@@ -35,17 +36,9 @@ def engine(request, tmp_path_factory):
 
 
 def _prompt(engine, seed: int, length: int) -> list[int]:
-    n_vocab = engine.config["n_vocab"]
-    return [int(t) for t in np.random.default_rng(seed).integers(0, n_vocab, length)]
+    return random_prompt(seed, length, engine.config["n_vocab"])
 
 
-def _greedy(session, n: int) -> list[int]:
-    out = []
-    for _ in range(n):
-        token = int(np.argmax(session.logits))
-        out.append(token)
-        session.decode(token)
-    return out
 
 
 @settings(max_examples=8)
@@ -86,7 +79,7 @@ def test_prefill_in_any_split_gives_the_same_logits_and_greedy_tokens(engine, sp
         pieces.prefill(prompt[at:at + size])
         at += size
     assert np.array_equal(whole.logits, pieces.logits)
-    assert _greedy(whole, 5) == _greedy(pieces, 5)
+    assert greedy(whole, 5) == greedy(pieces, 5)
     assert np.array_equal(whole.logits, pieces.logits)
 
 
@@ -140,9 +133,9 @@ def test_snapshot_restore_continue_equals_never_stopping(engine):
     resumed = engine.session(max_context=128)
     resumed.prefill(prompt)
     snap = resumed.snapshot()
-    _greedy(resumed, 4)  # wander off, then come back
+    greedy(resumed, 4)  # wander off, then come back
     resumed.restore(snap)
-    assert _greedy(straight, 8) == _greedy(resumed, 8)
+    assert greedy(straight, 8) == greedy(resumed, 8)
     assert np.array_equal(straight.logits, resumed.logits)
 
 
@@ -203,25 +196,14 @@ def test_four_threads_each_driving_a_session_match_a_sequential_run(engine):
     for prompt in prompts:
         s = engine.session(max_context=256)
         s.prefill(prompt)
-        expected.append(_greedy(s, 200))
-    results: list = [None] * 4
-    errors: list = []
+        expected.append(greedy(s, 200))
 
     def run(i):
-        try:
-            s = engine.session(max_context=256)
-            s.prefill(prompts[i])
-            results[i] = _greedy(s, 200)
-        except BaseException as exc:
-            errors.append(exc)
+        s = engine.session(max_context=256)
+        s.prefill(prompts[i])
+        return greedy(s, 200)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors
-    assert results == expected
+    assert run_in_threads(run, 4) == expected
 
 
 @pytest.fixture(scope="module")
