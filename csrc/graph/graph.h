@@ -43,6 +43,9 @@ struct StepGraph {
   const TensorDesc& tensor(TensorId t) const { return tensors[t]; }
 };
 
+// A process-unique graph id (for a graph derived from another).
+uint64_t new_graph_id();
+
 // Records ops into a StepGraph. Architecture builders use it; it checks
 // shapes as ops are added (InternalError on a mismatch: a builder bug).
 class GraphBuilder {

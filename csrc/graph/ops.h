@@ -28,7 +28,7 @@ enum class OpKind : uint8_t {
   // Per group of `group` consecutive columns g of each row:
   //   dst = (x * (1 / sqrt(mean(x_g^2) + eps))) * w    (w = src1, `group` floats)
   // The sum of squares is accumulated in double, in index order; mean and
-  // scale are float32. src1 may be kNoTensor (then w = 1). dst may be src0.
+  // scale are float32. dst may be src0.
   RmsNorm,
   // dst = src0 + src1. src1 is (rows, cols) like src0, or a Weight vector of
   // `cols` values added to every row. dst may be src0.
@@ -90,6 +90,7 @@ struct OpParams {
 };
 
 struct Op {
+  explicit Op(OpKind k) : kind(k) {}
   OpKind kind;
   TensorId dst = kNoTensor;
   TensorId src[3] = {kNoTensor, kNoTensor, kNoTensor};

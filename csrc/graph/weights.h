@@ -23,11 +23,15 @@ struct WeightDesc {
 
 class WeightTable {
  public:
-  // Adds a weight (deduplicated by data pointer: a tied output matrix is the
-  // embedding) and returns its index.
+  // Adds a weight and returns its index. The same tensor bound twice (a
+  // tied output matrix is the embedding) gets one index.
   uint32_t add(const WeightDesc& w) {
     for (uint32_t i = 0; i < weights_.size(); ++i) {
-      if (weights_[i].data == w.data && weights_[i].type == w.type) return i;
+      const WeightDesc& o = weights_[i];
+      if (o.name == w.name && o.data == w.data && o.type == w.type && o.n_dims == w.n_dims &&
+          o.ne[0] == w.ne[0] && o.ne[1] == w.ne[1]) {
+        return i;
+      }
     }
     weights_.push_back(w);
     return static_cast<uint32_t>(weights_.size() - 1);

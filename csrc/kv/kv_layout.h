@@ -8,13 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace muser {
+#include "core/limits.h"
 
-// Largest number of rows one step may hold (a prefill segment). Ring planes
-// of sliding-window layers are sized window + kMaxStepRows - 1 so that every
-// row of a segment still sees its whole window while the segment writes its
-// own keys.
-constexpr size_t kMaxStepRows = 512;
+namespace muser {
 
 struct KvLayerDesc {
   size_t k_width = 0;  // floats per key row (n_head_kv * head_dim_k)

@@ -65,6 +65,8 @@ class KvState {
   size_t plane_row(uint32_t il, size_t position) const {
     return layout_->layers[il].window != 0 ? position % ring_rows_ : position;
   }
+  // Rows of this state's ring planes (0 when no layer slides).
+  size_t ring_rows() const { return ring_rows_; }
   const KvLayout& layout() const { return *layout_; }
   KvStorage& storage() { return *storage_; }
   const KvStorage& storage() const { return *storage_; }
