@@ -18,6 +18,7 @@
 #include "core/cancel_token.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
+#include "core/limits.h"
 #include "backend/registry.h"
 #include "engine/engine.h"
 #include "engine/session.h"
@@ -231,7 +232,7 @@ void init_engine(nb::module_& m) {
           "session",
           [](Engine& e, std::optional<int64_t> max_context) {
             int64_t n = max_context.value_or(
-                std::min<int64_t>(4096, static_cast<int64_t>(e.hparams().n_ctx_train)));
+                std::min<int64_t>(static_cast<int64_t>(kDefaultMaxContext), static_cast<int64_t>(e.hparams().n_ctx_train)));
             if (n < 1) throw InvalidArgument("[session] max_context: expected at least 1, got " + std::to_string(n));
             return e.new_session(static_cast<size_t>(n));
           },

@@ -21,13 +21,30 @@ import operator
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from muser import _core
 
-__all__ = ["Engine", "Session", "SessionSnapshot"]
+__all__ = ["BackendInfo", "Engine", "Session", "SessionSnapshot", "backends"]
+
+class BackendInfo(NamedTuple):
+    """One compute backend muser knows, and whether it can run here."""
+
+    name: str
+    usable: bool
+    reason: str  # why not, when not usable; "" otherwise
+
+
+def backends() -> list[BackendInfo]:
+    """Every backend this build of muser knows, in the order ``backend="auto"``
+    prefers them, with whether it is usable on this machine and why not
+    (for example ``"compiled without CUDA"``). An explicit
+    ``Engine(path, backend=name)`` for an unusable one raises ``ValueError``
+    with that reason; nothing falls back silently."""
+    return [BackendInfo(name, usable, reason) for name, usable, reason in _core.backends()]
+
 
 SessionSnapshot = _core.SessionSnapshot
 """A frozen copy of a session (KV cache, tokens, logits); see :meth:`Session.snapshot`."""
@@ -150,7 +167,8 @@ class Engine:
     Args:
         path: the .gguf file.
         threads: compute threads; ``None`` uses the physical cores.
-        backend: ``"auto"`` (the best available), ``"cpu"``, or ``"null"``
+        backend: ``"auto"`` (the best usable one, see :func:`muser.backends`), or a
+            backend's name: ``"cpu"``, ``"cuda"``, ``"metal"``, ``"null"````
             (computes nothing, returns repeatable logits; for tests).
         null_step_seconds: with the null backend, how long each forward takes.
 
@@ -196,7 +214,7 @@ class Engine:
 
     @property
     def backend(self) -> str:
-        """The backend in use (``"cpu"`` or ``"null"``)."""
+        """The backend in use (what ``"auto"`` resolved to, e.g. ``"cpu"``)."""
         return self._core.backend
 
     @property
