@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 
+#include "engine/schedule_recorder.h"
 #include "engine/scheduling_policy.h"
 
 namespace muser {
@@ -47,6 +48,7 @@ class Permit {
   AcceleratorScheduler* scheduler_ = nullptr;
   WorkKind kind_ = WorkKind::Decode;
   std::chrono::steady_clock::time_point granted_at_{};
+  uint64_t record_id_ = 0;  // its id in the schedule recording; 0 when not recorded
 };
 
 struct SchedulerStats {
@@ -81,8 +83,9 @@ class AcceleratorScheduler {
   Permit acquire_decode(uint64_t sequence_id);
   // Blocks until the rotation selects one of `sequence_ids` (1..4 distinct ids).
   Permit acquire_decode_group(const std::set<uint64_t>& sequence_ids);
-  // Blocks until nobody is active and no decode waits.
-  Permit acquire_prefill();
+  // Blocks until nobody is active and no decode waits. `session_id` only
+  // labels the permit in a schedule recording (0: none).
+  Permit acquire_prefill(uint64_t session_id = 0);
 
   bool has_waiting_decode() const;
   // For the holder of a prefill permit: whether decodes ran between the
@@ -97,6 +100,9 @@ class AcceleratorScheduler {
   SchedulerStats stats() const;
   SchedulerState snapshot_state() const;
   std::vector<GrantRecord> grant_log() const;
+  // The schedule recording of this scheduler's permits (and, through the
+  // engine, of its pools).
+  ScheduleRecorder& recorder() { return recorder_; }
 
  private:
   friend class Permit;
@@ -115,6 +121,8 @@ class AcceleratorScheduler {
   uint64_t decode_grants_at_last_prefill_ = 0;
   bool decoded_since_previous_prefill_ = false;
   std::deque<GrantRecord> grant_log_;
+  ScheduleRecorder recorder_;
+  uint64_t active_record_id_ = 0;  // the recorded id of the permit now held, if any
 };
 
 }  // namespace muser
