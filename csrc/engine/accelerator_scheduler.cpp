@@ -104,7 +104,6 @@ Permit AcceleratorScheduler::acquire_decode_group(const std::set<uint64_t>& sequ
     record_permit_event(recorder_, ScheduleEventKind::PermitRefused, record_id, 0, "unhealthy");
     throw_if_poisoned_locked();
   }
-  record_locked(WorkKind::Decode, sequence_ids);
   record_permit_event(recorder_, ScheduleEventKind::PermitGranted, record_id, sequence_ids.size());
   active_record_id_ = record_id;
   state_.last_decode = rotation_cursor_after(state_, sequence_ids);
@@ -132,7 +131,6 @@ Permit AcceleratorScheduler::acquire_prefill(uint64_t session_id) {
   state_.waiting_prefill -= 1;
   if (poisoned_) record_permit_event(recorder_, ScheduleEventKind::PermitRefused, record_id, 0, "unhealthy");
   throw_if_poisoned_locked();
-  record_locked(WorkKind::Prefill, {});
   record_permit_event(recorder_, ScheduleEventKind::PermitGranted, record_id);
   active_record_id_ = record_id;
   decoded_since_previous_prefill_ = stats_.decode_grants != decode_grants_at_last_prefill_;
@@ -167,22 +165,6 @@ void AcceleratorScheduler::poison(Permit& permit, const std::string& reason) {
     poison_reason_ = reason;
   }
   release(permit);
-}
-
-void AcceleratorScheduler::record_locked(WorkKind kind, const std::set<uint64_t>& granted) {
-  if (!record_grants_) return;
-  GrantRecord record;
-  record.kind = kind;
-  record.granted.assign(granted.begin(), granted.end());
-  record.waiting_decode.assign(state_.waiting_decode.begin(), state_.waiting_decode.end());
-  record.last_decode = state_.last_decode;
-  if (grant_log_.size() == kGrantLogCapacity) grant_log_.pop_front();
-  grant_log_.push_back(std::move(record));
-}
-
-std::vector<GrantRecord> AcceleratorScheduler::grant_log() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return {grant_log_.begin(), grant_log_.end()};
 }
 
 bool AcceleratorScheduler::decoded_since_previous_prefill() const {

@@ -12,7 +12,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <vector>
 #include <mutex>
 #include <set>
@@ -62,20 +61,9 @@ struct SchedulerStats {
   uint64_t max_permit_wait_ns = 0;
 };
 
-// One grant as the scheduler saw it, for telemetry and property tests.
-struct GrantRecord {
-  WorkKind kind = WorkKind::Decode;
-  std::vector<uint64_t> granted;          // decode: the group's ids
-  std::vector<uint64_t> waiting_decode;   // every waiting decode id at the grant
-  std::optional<uint64_t> last_decode;    // the rotation cursor before the grant
-};
-
 class AcceleratorScheduler {
  public:
-  static constexpr size_t kGrantLogCapacity = 4096;
-
-  // With record_grants, the last kGrantLogCapacity grants are kept.
-  explicit AcceleratorScheduler(bool record_grants = false) : record_grants_(record_grants) {}
+  AcceleratorScheduler() = default;
   AcceleratorScheduler(const AcceleratorScheduler&) = delete;
   AcceleratorScheduler& operator=(const AcceleratorScheduler&) = delete;
 
@@ -99,7 +87,6 @@ class AcceleratorScheduler {
   std::string poison_reason() const;
   SchedulerStats stats() const;
   SchedulerState snapshot_state() const;
-  std::vector<GrantRecord> grant_log() const;
   // The schedule recording of this scheduler's permits (and, through the
   // engine, of its pools).
   ScheduleRecorder& recorder() { return recorder_; }
@@ -109,7 +96,6 @@ class AcceleratorScheduler {
   void release(Permit& permit);
   void poison(Permit& permit, const std::string& reason);
   void throw_if_poisoned_locked() const;
-  void record_locked(WorkKind kind, const std::set<uint64_t>& granted);
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
@@ -117,10 +103,8 @@ class AcceleratorScheduler {
   bool poisoned_ = false;
   std::string poison_reason_;
   SchedulerStats stats_;
-  bool record_grants_;
   uint64_t decode_grants_at_last_prefill_ = 0;
   bool decoded_since_previous_prefill_ = false;
-  std::deque<GrantRecord> grant_log_;
   ScheduleRecorder recorder_;
   uint64_t active_record_id_ = 0;  // the recorded id of the permit now held, if any
 };

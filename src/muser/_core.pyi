@@ -185,8 +185,7 @@ class AcceleratorScheduler:
     Thread-safe; acquire_* block with the GIL released.
     """
 
-    def __init__(self, record_grants: bool = False) -> None:
-        """record_grants keeps the last 4096 grants for grant_log()."""
+    def __init__(self) -> None: ...
 
     def acquire_decode(self, sequence_id: int) -> Permit: ...
 
@@ -203,11 +202,6 @@ class AcceleratorScheduler:
     def poison_reason(self) -> str: ...
 
     def waiting_decode(self) -> list[int]: ...
-
-    def grant_log(self) -> list:
-        """
-        The recorded grants, oldest first: kind, granted ids, waiting decode ids and the rotation cursor.
-        """
 
     def stats(self) -> dict: ...
 

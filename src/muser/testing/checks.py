@@ -57,12 +57,12 @@ STARVATION_GRANTS = 64
 """A decoder still waiting after this many grants to others counts as starved."""
 
 
-def _fail(rule: str, detail: str, log: ScheduleLog | None = None) -> None:
+def _fail(rule: str, detail: str, log: ScheduleLog | None = None, around: Moment | None = None) -> None:
     message = f"{rule}\n{detail}"
     if log is not None:
-        recent = log.timeline(limit=20)
-        if recent:
-            message += f"\nlast grants:\n{recent}"
+        nearby = log.timeline(around=around.seq if around is not None else None)
+        if nearby:
+            message += f"\ngrants around {around}:\n{nearby}" if around is not None else f"\nlast grants:\n{nearby}"
     raise AssertionError(message)
 
 
@@ -139,7 +139,7 @@ def check_rotation(log: ScheduleLog) -> None:
                 f"at {p.granted} the accelerator went to {p.describe()}, but the sessions waiting were "
                 f"{sorted(waiting)} and the last one served was {cursor}, so the rotation selects {expected} "
                 f"(the next waiting id after {cursor}, wrapping to the smallest).",
-                log,
+                log, p.granted,
             )
         selected = expected if expected in p.sessions else min(p.sessions)
         cursor = _cursor_after(p.sessions, selected)
@@ -158,7 +158,7 @@ def check_no_prefill_while_decoder_waits(log: ScheduleLog) -> None:
                 f"at {p.granted} {p.describe()} was granted while {_sessions(s for q in waiting for s in q.sessions)} "
                 f"waited to decode ({first.describe()} since {first.requested}). A waiting decoder must be served "
                 "before any prefill chunk.",
-                log,
+                log, p.granted,
             )
 
 
@@ -181,7 +181,7 @@ def check_bounded_decode_wait(log: ScheduleLog, max_grants_ahead: int | None = N
                 "a decoder's wait was not bounded: a prefill ran while it waited",
                 f"{q.describe()} waited from {q.requested} to {q.granted}; meanwhile {prefills[0].describe()} "
                 f"was granted at {prefills[0].granted}.",
-                log,
+                log, prefills[0].granted,
             )
         served: dict[int, list[Moment]] = defaultdict(list)
         for g in during:
@@ -194,14 +194,14 @@ def check_bounded_decode_wait(log: ScheduleLog, max_grants_ahead: int | None = N
                     f"{q.describe()} waited from {q.requested} to {q.granted}; meanwhile session {s} was served "
                     f"{len(moments)} times (at {', '.join(map(str, moments))}). The rotation serves every other "
                     "waiting decoder at most once before it.",
-                    log,
+                    log, moments[1],
                 )
         if max_grants_ahead is not None and len(during) > max_grants_ahead:
             _fail(
                 "a decoder's wait was not bounded",
                 f"{q.describe()} waited from {q.requested} to {q.granted} through {len(during)} grants to "
                 f"others; the bound is {max_grants_ahead}.",
-                log,
+                log, q.granted,
             )
 
 
@@ -245,7 +245,7 @@ def check_no_starvation(log: ScheduleLog, max_passes: int = ADMISSION_PASS_BOUND
                 "a decoder was starved",
                 f"{q.describe()} requested at {q.requested} was never granted, while {len(after)} permits went "
                 "to others after it arrived.",
-                log,
+                log, q.requested,
             )
 
 
@@ -274,7 +274,7 @@ def check_prefill_chunks(log: ScheduleLog) -> None:
             continue
         if chunk.rows is not None and chunk.rows > PREFILL_CHUNK_ROWS:
             _fail("a prefill chunk was too large",
-                  f"{chunk.describe()} at {chunk.granted}: at most {PREFILL_CHUNK_ROWS} rows per chunk.", log)
+                  f"{chunk.describe()} at {chunk.granted}: at most {PREFILL_CHUNK_ROWS} rows per chunk.", log, chunk.granted)
         at = chunk.granted.seq
         if chunk.rows is not None and chunk.rows > PREFILL_CHUNK_ROWS_CONTENDED:
             for session, spans in leases.items():
@@ -291,7 +291,7 @@ def check_prefill_chunks(log: ScheduleLog) -> None:
                             f"was mid-way through its decode loop (decoded at #{before[-1]} and again at "
                             f"#{after[0]}, one lease). While decoders are active, chunks are at most "
                             f"{PREFILL_CHUNK_ROWS_CONTENDED} rows.",
-                            log,
+                            log, chunk.granted,
                         )
         previous_prefill = at
 
@@ -322,10 +322,10 @@ def check_each_request_ended_once(log: ScheduleLog) -> None:
     for p in log.permits:
         if p.ended is None:
             _fail("a permit request never ended",
-                  f"{p.describe()} requested at {p.requested} was neither granted nor refused.", log)
+                  f"{p.describe()} requested at {p.requested} was neither granted nor refused.", log, p.requested)
         if p.granted is not None and p.released is None:
             _fail("a permit was never released",
-                  f"{p.describe()} granted at {p.granted} still holds the accelerator.", log)
+                  f"{p.describe()} granted at {p.granted} still holds the accelerator.", log, p.granted)
 
 
 def check_all(log: ScheduleLog) -> None:

@@ -259,11 +259,14 @@ class ScheduleLog:
         """Ids of the pools that recorded anything."""
         return sorted({a.pool for a in self.admissions} | {g.pool for g in self.decode_groups})
 
-    def timeline(self, limit: int = 60) -> str:
-        """The last ``limit`` grants, one per line: a compact view for failure messages."""
-        lines = []
-        for p in self.grants()[-limit:]:
-            lines.append(f"  {p.granted}: {p.describe()}")
+    def timeline(self, around: int | None = None, before: int = 12, after: int = 4) -> str:
+        """Grants one per line, a compact view for failure messages: those
+        just before and after log position ``around`` (default: the last ones)."""
+        grants = self.grants()
+        if around is None:
+            around = grants[-1].granted.seq + 1 if grants else 0
+        at = next((i for i, p in enumerate(grants) if p.granted.seq >= around), len(grants))
+        lines = [f"  {p.granted}: {p.describe()}" for p in grants[max(0, at - before):at + after]]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
