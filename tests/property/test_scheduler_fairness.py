@@ -6,19 +6,17 @@ Invariants, in words:
 - the rotation rule: a decode is granted to the next waiting id after the
   last one served, wrapping to the smallest;
 - a prefill chunk never starts while a decoder waits;
-- no waiting decoder is passed over twice in a row: while it waits, nobody
-  else is served twice;
-- N hot decoders re-acquiring in a loop get turns within 1 of each other over
-  any window;
-- a decoder waits at most for the work in progress (one prefill chunk or one
-  decode) plus the decoders ahead of it in the rotation.
+- no waiting decoder is passed over twice: while it waits, nobody else gets
+  the turn twice, so it waits at most for the work in progress (one prefill
+  chunk or one decode) plus the decoders ahead of it in the rotation;
+- a hot decoder gets a second turn in a row only when nobody else waits;
+- a decode group whose members straddle a waiting decoder does not starve it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -111,20 +109,21 @@ def test_decoders_are_served_in_rotation_and_prefill_yields_to_them(n_decoders, 
 
 
 @pytest.mark.parametrize("n_decoders", [2, 3, 4])
-def test_hot_decoders_get_turns_within_one_of_each_other_over_any_window(n_decoders):
-    turns = 25
-    log, ids = _run(n_decoders, turns, 0.002, 0)
-    order = [p.sessions[0] for p in log.grants()]
-    # Steady state: after everyone's first turn, until the first thread finishes.
-    begin = max(order.index(d) for d in ids)
-    end = min(len(order) - 1 - order[::-1].index(d) for d in ids)
-    steady = order[begin:end + 1]
-    assert len(steady) >= n_decoders * (turns - 3)
-    for width in range(1, len(steady) + 1):
-        for at in range(len(steady) - width + 1):
-            counts = Counter(steady[at:at + width])
-            turns_in_window = [counts.get(d, 0) for d in ids]
-            assert max(turns_in_window) - min(turns_in_window) <= 1, (width, at, steady)
+def test_a_hot_decoder_gets_a_second_turn_in_a_row_only_when_nobody_else_waits(n_decoders):
+    # Wall-clock shares depend on how fast each thread comes back (a loaded
+    # machine delays some); what the scheduler owes is stated on the log.
+    log, ids = _run(n_decoders, 25, 0.002, 0)
+    grants = log.grants()
+    assert sorted(s for p in grants for s in p.sessions) == sorted(ids * 25)
+    for first, second in zip(grants, grants[1:]):
+        if first.sessions != second.sessions:
+            continue
+        others = [p for p in log.permits
+                  if p is not second and p.requested.seq < second.granted.seq < p.granted.seq]
+        assert not others, (f"{second.describe()} got a second turn in a row at {second.granted} while "
+                            f"{[p.describe() for p in others]} waited")
+    check_rotation(log)
+    check_bounded_decode_wait(log, max_grants_ahead=n_decoders - 1)
 
 
 def test_decode_groups_take_one_permit_for_all_their_rows():
@@ -194,3 +193,70 @@ def test_the_same_sequence_cannot_wait_twice():
     blocker.release()
     thread.join(timeout=5)
     assert not thread.is_alive()
+
+
+def _wait_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert condition()
+
+
+def test_a_group_that_passes_a_waiting_decoder_hands_it_the_next_turn():
+    # Group {1, 4} is granted while 3 waits (1 is selected; 4 rides along,
+    # passing 3). When the group asks again, 3 goes first: the cursor stops
+    # before the waiter it passed. (It used to move to 4, so the rotation
+    # wrapped to 1 and the group passed 3 on every turn.)
+    scheduler = Scheduler()
+    order: list[tuple[int, ...]] = []
+    blocker = scheduler.acquire_prefill()
+    release_first = threading.Event()
+
+    def take(ids, hold: threading.Event | None = None):
+        with scheduler.acquire_decode_group(list(ids)):
+            order.append(tuple(ids))
+            if hold is not None:
+                hold.wait(10)
+
+    first = threading.Thread(target=take, args=((1, 4), release_first))
+    single = threading.Thread(target=take, args=((3,),))
+    first.start()
+    single.start()
+    _wait_until(lambda: scheduler.waiting_decode() == [1, 3, 4])
+    blocker.release()
+    _wait_until(lambda: order == [(1, 4)])
+    again = threading.Thread(target=take, args=((1, 4),))
+    again.start()
+    _wait_until(lambda: scheduler.waiting_decode() == [1, 3, 4])
+    release_first.set()
+    for thread in (first, single, again):
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    assert order == [(1, 4), (3,), (1, 4)]
+
+
+def test_decoders_straddled_by_a_decode_group_are_not_starved():
+    engine = null_engine(step_seconds=0.002)
+    sessions = [engine.session() for _ in range(5)]
+    for session in sessions:
+        session.prefill([270])
+    a, _, c, d, e = sessions
+
+    def group():
+        for _ in range(15):
+            engine.decode_group([a, d], [271, 272])
+
+    def single(session):
+        for _ in range(15):
+            session.decode(273)
+
+    threads = [threading.Thread(target=group), threading.Thread(target=single, args=(c,)),
+               threading.Thread(target=single, args=(e,))]
+    with engine.record_schedule() as log:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    check_rotation(log)
+    check_bounded_decode_wait(log)
+    check_no_starvation(log)

@@ -61,9 +61,9 @@ def test_serving_the_latest_decoder_first_breaks_the_rotation():
 
 def test_a_favourite_session_makes_another_decoder_wait_behind_it_twice():
     log = Simulation(FAVOURITE).run(DECODERS)
-    with pytest.raises(AssertionError, match="another decoder was served twice ahead of it") as failure:
+    with pytest.raises(AssertionError, match="another decoder had two turns ahead of it") as failure:
         check_bounded_decode_wait(log)
-    assert re.search(r"session 1 was served \d+ times", str(failure.value))
+    assert re.search(r"session 1 had the turn \d+ times", str(failure.value))
     with pytest.raises(AssertionError, match="rotation broken"):
         check_rotation(log)
 

@@ -105,12 +105,40 @@ def _next_in_rotation(waiting: Iterable[int], cursor: int | None) -> int | None:
     return ids[0]
 
 
-def _cursor_after(group: Iterable[int], selected: int) -> int:
-    # The documented rule: walk the group in rotation order from the selected
-    # member; the last member visited becomes the cursor.
-    members = sorted(set(group))
-    before = [m for m in members if m < selected]
-    return before[-1] if before else members[-1]
+def _cursor_after(group: Iterable[int], selected: int, waiting: Iterable[int]) -> int:
+    # The documented rule: walk everyone waiting in rotation order from the
+    # selected member; the cursor stops at the last group member before the
+    # first waiter outside the group (who is then next).
+    members = set(group)
+    ids = sorted(set(waiting) | members)
+    order = [i for i in ids if i >= selected] + [i for i in ids if i < selected]
+    cursor = selected
+    for i in order:
+        if i not in members:
+            break
+        cursor = i
+    return cursor
+
+
+def _first_after(ids: Iterable[int], cursor: int | None) -> int:
+    ordered = sorted(ids)
+    later = [i for i in ordered if cursor is not None and i > cursor]
+    return later[0] if later else ordered[0]
+
+
+def _rotation_turns(log: ScheduleLog) -> Iterator[tuple[PermitRecord, set[int], int | None, int]]:
+    """Each decode grant with the sessions waiting, the cursor before it, and
+    whose turn it was: the group's member first in rotation order after the
+    cursor (for a fair grant, the session the rotation selected; the others
+    ride along in the same weight pass)."""
+    cursor: int | None = None
+    for p, waiting_permits in _grants_with_waiting(log):
+        if p.kind != "decode":
+            continue
+        waiting = {s for q in waiting_permits for s in q.sessions} | set(p.sessions)
+        turn = _first_after(p.sessions, cursor)
+        yield p, waiting, cursor, turn
+        cursor = _cursor_after(p.sessions, turn, waiting)
 
 
 def _sessions(ids: Iterable[int]) -> str:
@@ -123,15 +151,12 @@ def check_rotation(log: ScheduleLog) -> None:
 
     The rotation selects the next waiting session after the last one served
     (the cursor), wrapping to the smallest id; a decode group is granted when
-    it holds the selected session, and the cursor then moves to the group's
-    member that comes last in rotation order from the selected one.
+    it holds the selected session, and the cursor then moves along the
+    rotation over the group's members, stopping before the first waiting
+    session outside the group (so that one is next).
     """
     _complete(log)
-    cursor: int | None = None
-    for p, waiting_permits in _grants_with_waiting(log):
-        if p.kind != "decode":
-            continue
-        waiting = {s for q in waiting_permits for s in q.sessions} | set(p.sessions)
+    for p, waiting, cursor, _ in _rotation_turns(log):
         expected = _next_in_rotation(waiting, cursor)
         if cursor is not None and expected not in p.sessions:
             _fail(
@@ -141,8 +166,6 @@ def check_rotation(log: ScheduleLog) -> None:
                 f"(the next waiting id after {cursor}, wrapping to the smallest).",
                 log, p.granted,
             )
-        selected = expected if expected in p.sessions else min(p.sessions)
-        cursor = _cursor_after(p.sessions, selected)
 
 
 def check_no_prefill_while_decoder_waits(log: ScheduleLog) -> None:
@@ -166,11 +189,16 @@ def check_bounded_decode_wait(log: ScheduleLog, max_grants_ahead: int | None = N
     """A decoder waits only for the decoders ahead of it.
 
     While a decode permit waits (requested to granted), no prefill chunk is
-    granted and no other session is served twice: every decoder ahead of it
-    in the rotation gets at most one turn. With ``max_grants_ahead``, also at
-    most that many grants happen during any one wait.
+    granted and no other session gets the turn twice: every decoder ahead of
+    it in the rotation gets at most one turn, so the wait is bounded by the
+    number of decoders ahead (plus the work in progress when it arrived).
+    A turn is a grant's first member in rotation order; the other members of
+    a decode group ride along in the same weight pass. With
+    ``max_grants_ahead``, also at most that many grants happen during any one
+    wait.
     """
     _complete(log)
+    turn_of = {p.id: turn for p, _, _, turn in _rotation_turns(log)}
     grants = log.grants()
     grant_seqs = [g.granted.seq for g in grants]
     for q in (p for p in log.permits if p.kind == "decode" and p.granted is not None):
@@ -183,17 +211,18 @@ def check_bounded_decode_wait(log: ScheduleLog, max_grants_ahead: int | None = N
                 f"was granted at {prefills[0].granted}.",
                 log, prefills[0].granted,
             )
-        served: dict[int, list[Moment]] = defaultdict(list)
+        turns: dict[int, list[Moment]] = defaultdict(list)
         for g in during:
-            for s in g.sessions:
-                served[s].append(g.granted)
-        for s, moments in sorted(served.items()):
+            if g.id in turn_of:
+                turns[turn_of[g.id]].append(g.granted)
+        for s, moments in sorted(turns.items()):
             if len(moments) > 1 and s not in q.sessions:
                 _fail(
-                    "a decoder's wait was not bounded: another decoder was served twice ahead of it",
-                    f"{q.describe()} waited from {q.requested} to {q.granted}; meanwhile session {s} was served "
-                    f"{len(moments)} times (at {', '.join(map(str, moments))}). The rotation serves every other "
-                    "waiting decoder at most once before it.",
+                    "a decoder's wait was not bounded: another decoder had two turns ahead of it",
+                    f"{q.describe()} waited from {q.requested} to {q.granted}; meanwhile session {s} had the turn "
+                    f"{len(moments)} times (at {', '.join(map(str, moments[:4]))}"
+                    f"{', ...' if len(moments) > 4 else ''}). The rotation gives every other "
+                    "waiting decoder at most one turn before it.",
                     log, moments[1],
                 )
         if max_grants_ahead is not None and len(during) > max_grants_ahead:
