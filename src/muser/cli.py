@@ -125,7 +125,10 @@ def _add_generation_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from muser import __version__
+
     parser = argparse.ArgumentParser(prog="python -m muser", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"muser {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     fetch = sub.add_parser("fetch", help="download and verify registry models into the cache")
