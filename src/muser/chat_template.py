@@ -187,7 +187,7 @@ class ChatTemplate:
                 bos_token=bos_token,
                 eos_token=eos_token,
                 __generation_spans__=recorder,
-                **variables,
+                **{"tools": None, "documents": None, **variables},
             )
         except ChatTemplateError:
             raise

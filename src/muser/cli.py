@@ -7,6 +7,7 @@ Every command defaults to the default registry model, so a newcomer can type
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -67,6 +68,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _template(value: str | None) -> str | None:
+    """``--template``: a file holding a Jinja2 chat template, or the template text itself."""
+    if value is not None and os.path.isfile(value):
+        with open(value, encoding="utf-8") as handle:
+            return handle.read()
+    return value
+
+
 def _cmd_chat(args: argparse.Namespace) -> int:
     import muser
 
@@ -88,7 +97,8 @@ def _cmd_chat(args: argparse.Namespace) -> int:
                 return 0
         messages.append({"role": "user", "content": user})
         reply = []
-        for chunk in muser.chat(engine, messages, stream=True, template=args.template, **_sampling(args)):
+        for chunk in muser.chat(engine, messages, stream=True, template=_template(args.template),
+                                **_sampling(args)):
             print(chunk.text, end="", flush=True)
             reply.append(chunk.text)
         print()
@@ -151,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="chat with the model (interactive unless --message is given)")
     chat.add_argument("--message", action="append", help="a user turn (repeatable); omit for interactive")
     chat.add_argument("--system", default=None, help="a system prompt")
-    chat.add_argument("--template", default=None, help="a Jinja2 chat template (for models without one)")
+    chat.add_argument("--template", default=None, help="a Jinja2 chat template, or a file holding one (for models without one)")
     _add_generation_options(chat)
     chat.set_defaults(run=_cmd_chat)
 
