@@ -7,6 +7,7 @@ Every command defaults to the default registry model, so a newcomer can type
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Sequence
@@ -19,17 +20,28 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _setup_logging(verbosity: int) -> None:
+    """The library logs to ``logging.getLogger("muser")``; the command line shows
+    INFO and up on stderr (``-v``: DEBUG, ``-q``: warnings only)."""
+    logger = logging.getLogger("muser")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("muser: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity > 0 else logging.WARNING if verbosity < 0 else logging.INFO)
+    logger.propagate = False
+
+
 def _model_path(name: str) -> str:
-    """A registry key (fetched on demand) or a path to any GGUF file."""
+    """A registry key (fetched on demand, with a progress bar on a terminal) or a path to any GGUF file."""
     if name in models.REGISTRY:
-        return str(models.fetch(name, progress=_stderr))
+        return str(models.fetch(name))
     return name
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
     keys = list(models.REGISTRY) if args.all else args.keys or [models.DEFAULT_MODEL]
     for key in keys:
-        print(models.fetch(key, progress=_stderr))
+        print(models.fetch(key, progress=False if args.no_progress else None))
     return 0
 
 
@@ -139,12 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m muser", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"muser {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (DEBUG)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     sub = parser.add_subparsers(dest="command", required=True)
 
     fetch = sub.add_parser("fetch", help="download and verify registry models into the cache")
     fetch.add_argument("keys", nargs="*", help=f"registry keys (default {models.DEFAULT_MODEL}); known: "
                        + ", ".join(models.REGISTRY))
     fetch.add_argument("--all", action="store_true", help="fetch every registry model")
+    fetch.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
     fetch.set_defaults(run=_cmd_fetch)
 
     info = sub.add_parser("info", help="load a model, print its config and tokenize a sentence")
@@ -176,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _setup_logging(-1 if args.quiet else args.verbose)
     try:
         return args.run(args)
     except (MuserError, ValueError) as exc:

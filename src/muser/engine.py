@@ -17,9 +17,11 @@ raises :class:`muser.ContextOverflow`.
 
 from __future__ import annotations
 
+import logging
 import operator
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +30,8 @@ import numpy as np
 from muser import _core
 
 __all__ = ["Engine", "Session", "SessionSnapshot"]
+
+log = logging.getLogger("muser")
 
 SessionSnapshot = _core.SessionSnapshot
 """A frozen copy of a session (KV cache, tokens, logits); see :meth:`Session.snapshot`."""
@@ -172,7 +176,15 @@ class Engine:
         *,
         null_step_seconds: float = 0.0,
     ) -> None:
+        started = time.perf_counter()
         self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
+        if log.isEnabledFor(logging.INFO):
+            config = self._core.config
+            log.info("loaded %s (%s, %s layers, context %s) from %s in %.2f s", config.get("name"),
+                     config.get("architecture"), config.get("n_layer"), config.get("context_length"),
+                     self._core.path, time.perf_counter() - started)
+            log.info("backend %s (asked for %r; available here: %s), %d threads", self._core.backend, backend,
+                     ", ".join(_core.available_backends()), self._core.threads)
         # Lazily built, then immutable: the per-vocabulary tables generation
         # needs, and the pool used when generate() is given this engine.
         self._lock = threading.Lock()
