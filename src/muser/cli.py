@@ -10,9 +10,12 @@ import argparse
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from muser import models
+
+if TYPE_CHECKING:
+    import muser
 from muser.errors import MuserError
 
 
@@ -52,13 +55,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine(name: str, threads: int | None):
+def _engine(name: str, threads: int | None) -> muser.Engine:
     import muser
 
     return muser.Engine(_model_path(name), threads=threads)
 
 
-def _sampling(args: argparse.Namespace) -> dict:
+def _sampling(args: argparse.Namespace) -> dict[str, Any]:
     return dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                 seed=args.seed)
 
@@ -128,7 +131,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     prefill_s = time.perf_counter() - started
     started = time.perf_counter()
     for _ in range(args.decode_tokens):
-        session.decode(int(session.logits.argmax()))
+        logits = session.logits
+        assert logits is not None  # (prefilled above)
+        session.decode(int(logits.argmax()))
     decode_s = time.perf_counter() - started
     print(f"{engine.config['name']} ({engine.backend}, {engine.threads} threads)")
     print(f"prefill: {len(prompt)} tokens in {prefill_s:.3f} s = {len(prompt) / prefill_s:.1f} tok/s")
@@ -193,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(-1 if args.quiet else args.verbose)
     try:
-        return args.run(args)
+        code: int = args.run(args)
+        return code
     except (MuserError, ValueError) as exc:
         _stderr(f"muser: error: {exc}")
         return 1

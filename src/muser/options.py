@@ -27,6 +27,7 @@ from muser.sampling.params import SamplingParams
 
 __all__ = [
     "GenerationOptions",
+    "SharedOptions",
     "LogitsProcessor",
     "StoppingCriterion",
     "check_keywords",
@@ -47,25 +48,15 @@ LogitsProcessor = Callable[[npt.NDArray[np.intc], npt.NDArray[np.float32]], npt.
 StoppingCriterion = Callable[[npt.NDArray[np.intc], npt.NDArray[np.float32]], bool]
 
 
-class GenerationOptions(TypedDict, total=False):
-    """Keyword arguments shared by ``generate``, ``stream``, ``astream`` and ``chat``.
+class SharedOptions(TypedDict, total=False):
+    """The options every generating function takes, :class:`GenerationOptions`
+    less ``max_tokens``/``logprobs``/``top_logprobs`` (which
+    :mod:`muser.openai` declares with OpenAI's meaning)."""
 
-    Generation: ``max_tokens`` (256), ``stop`` (strings), ``stop_token_ids``,
-    ``seed``, ``grammar``, ``logprobs``, ``top_logprobs``, ``echo``,
-    ``context_shift``/``n_keep``, ``timeout`` (seconds waiting for a slot),
-    ``consumer_timeout`` (5 s), ``special`` (show control tokens),
-    ``logits_processors``, ``stopping_criteria``, ``cancel`` and
-    ``parse_special`` (control-token texts in a string prompt become tokens).
-    Sampling: every :class:`muser.SamplingParams` field (llama.cpp's defaults).
-    """
-
-    max_tokens: int
     stop: str | Sequence[str]
     stop_token_ids: Sequence[int]
     seed: int | None
     grammar: Grammar | None
-    logprobs: bool
-    top_logprobs: int
     echo: bool
     context_shift: bool
     n_keep: int
@@ -102,6 +93,23 @@ class GenerationOptions(TypedDict, total=False):
     min_keep: int
     logit_bias: Mapping[int, float]
     samplers: tuple[str, ...]
+
+
+class GenerationOptions(SharedOptions, total=False):
+    """Keyword arguments shared by ``generate``, ``stream``, ``astream`` and ``chat``.
+
+    Generation: ``max_tokens`` (256), ``stop`` (strings), ``stop_token_ids``,
+    ``seed``, ``grammar``, ``logprobs``, ``top_logprobs``, ``echo``,
+    ``context_shift``/``n_keep``, ``timeout`` (seconds waiting for a slot),
+    ``consumer_timeout`` (5 s), ``special`` (show control tokens),
+    ``logits_processors``, ``stopping_criteria``, ``cancel`` and
+    ``parse_special`` (control-token texts in a string prompt become tokens).
+    Sampling: every :class:`muser.SamplingParams` field (llama.cpp's defaults).
+    """
+
+    max_tokens: int
+    logprobs: bool
+    top_logprobs: int
 
 
 SAMPLING_KEYWORDS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(SamplingParams))
@@ -169,7 +177,10 @@ def explicit_signature(*, extra: Sequence[str] = ()) -> Callable[[F], F]:
         kept = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
         defaults = {**_GENERATION_DEFAULTS, **_SAMPLING_DEFAULTS}
         present = {p.name for p in kept}
-        for name, annotation in GenerationOptions.__annotations__.items():
+        annotations = GenerationOptions.__annotations__
+        order = [*_GENERATION_DEFAULTS, *(f.name for f in dataclasses.fields(SamplingParams))]
+        for name in order:
+            annotation = annotations[name]
             if name in present or name in extra:
                 continue
             text = getattr(annotation, "__forward_arg__", annotation)  # as written, not ForwardRef(...)

@@ -122,7 +122,7 @@ class Lease:
     def __enter__(self) -> Slot:
         return self.slot
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.release(healthy=not (exc is not None and isinstance(exc, _UNKNOWN_STATE)))
 
     def release(self, healthy: bool = True) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 __all__ = ["byte_bar", "watching"]
 
@@ -29,11 +30,12 @@ def byte_bar(description: str, show: bool | None) -> Iterator[Callable[[int, int
     if not (watching() if show is None else show):
         yield None
         return
+    factory: Any
     if "ipykernel" in sys.modules:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm as factory
     else:
-        from tqdm import tqdm
-    bar = tqdm(desc=description, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
+        from tqdm import tqdm as factory
+    bar = factory(desc=description, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
                dynamic_ncols=True, leave=True)
 
     def update(done: int, total: int | None) -> None:

@@ -49,6 +49,7 @@ from muser.grammar.token_mask import TokenTrie, accepts_token, allowed_tokens
 
 if TYPE_CHECKING:
     from muser.grammar.grammar import Grammar
+    from muser.grammar.recognizer import GrammarState
 
 # masks of recently visited recognizer states kept per constraint
 _MASK_CACHE_SIZE = 32
@@ -121,7 +122,7 @@ class GrammarConstraint:
         return self._finished
 
     @property
-    def state(self):
+    def state(self) -> GrammarState:
         """The underlying GrammarState (read it, don't advance it behind the constraint's back)."""
         return self._state
 
