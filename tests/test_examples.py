@@ -23,9 +23,9 @@ def test_there_are_examples():
 @pytest.mark.real_model
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_the_example_runs(script, smollm2_path):
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env,
-                            check=False)
+    # The same interpreter and environment as the tests: muser is found where
+    # they find it (installed in CI, PYTHONPATH=src in a dev checkout).
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ), check=False)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert result.stdout.strip(), "the example printed nothing"

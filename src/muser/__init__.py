@@ -26,6 +26,7 @@ from muser.sampling.params import SamplingParams
 from muser.types import GenerationChunk
 from muser.grammar import Grammar
 from muser.generation import astream, chat, generate, stream
+from muser import embeddings, openai
 
 __version__ = "0.1.0"
 
@@ -37,7 +38,9 @@ __all__ = [
     "SessionSnapshot",
     "Slot",
     "SlotPool",
+    "embeddings",
     "models",
+    "openai",
     "sampling",
     "SamplingParams",
     "GenerationChunk",

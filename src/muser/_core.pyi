@@ -142,6 +142,12 @@ class Engine:
         Checks everything first: on any error no session changes. Releases the GIL.
         """
 
+    def hidden_states(self, texts: Sequence[Sequence[int]], cancel: CancelToken | None = None) -> list:
+        """
+        Final hidden states after the output norm, one float32 array (n_tokens, n_embd) per text.
+        Texts are packed into prefill forwards under the scheduler. Releases the GIL.
+        """
+
     def scheduler_stats(self) -> dict:
         """
         Accelerator permits granted so far: counts, rows, wait and hold times (a new dict).

@@ -23,13 +23,15 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from muser import _core
 
 if TYPE_CHECKING:
+    from muser.embeddings import Pooling
     from muser.pool import SlotPool
 
 __all__ = ["Engine", "Session", "SessionSnapshot"]
@@ -386,6 +388,40 @@ class Engine:
                 raise ValueError(f"[decode_group] session {index} belongs to another engine")
             cores.append(session._core)
         self._core.decode_group(cores, [operator.index(t) for t in tokens])
+
+    @overload
+    def embed(self, texts: str, *, pooling: Pooling = "mean", normalize: bool = True, add_special: bool = True,
+              cancel: _core.CancelToken | None = None) -> npt.NDArray[np.float32]: ...
+    @overload
+    def embed(self, texts: Sequence[str] | Sequence[Sequence[int]], *, pooling: Pooling = "mean",
+              normalize: bool = True, add_special: bool = True,
+              cancel: _core.CancelToken | None = None) -> npt.NDArray[np.float32]: ...
+
+    def embed(self, texts: str | Sequence[str] | Sequence[Sequence[int]], *, pooling: Pooling = "mean",
+              normalize: bool = True, add_special: bool = True,
+              cancel: _core.CancelToken | None = None) -> npt.NDArray[np.float32]:
+        """Embedding vectors of ``texts`` from the model's final hidden states.
+
+        A list of texts (strings or token-id lists) gives float32
+        ``(len(texts), n_embd)``; one string gives ``(n_embd,)``. ``pooling``:
+        ``"mean"`` over the tokens, ``"last"`` token or ``"cls"`` (first
+        token); ``normalize`` scales each vector to unit L2 norm. The texts
+        run as batched prefills under the scheduler (several per weight pass;
+        decodes of running generations still take their turns), and each
+        text's vector is bitwise the same however it was batched. See
+        :mod:`muser.embeddings`.
+
+        Raises:
+            ValueError: an empty text, one longer than the context, a bad ``pooling``.
+            Cancelled: ``cancel`` was cancelled.
+        """
+        from muser.embeddings import embed
+
+        if isinstance(texts, str):
+            one: npt.NDArray[np.float32] = embed(self, [texts], pooling=pooling, normalize=normalize,
+                                                 add_special=add_special, cancel=cancel)[0]
+            return one
+        return embed(self, texts, pooling=pooling, normalize=normalize, add_special=add_special, cancel=cancel)
 
     def scheduler_stats(self) -> dict[str, int]:
         """Accelerator permits granted so far (decode grants and rows, prefill

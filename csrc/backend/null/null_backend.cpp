@@ -34,8 +34,8 @@ class NullKvState final : public KvState {
 
 }  // namespace
 
-NullBackend::NullBackend(uint32_t n_vocab, double step_seconds)
-    : n_vocab_(n_vocab), step_seconds_(step_seconds) {
+NullBackend::NullBackend(uint32_t n_vocab, uint32_t n_embd, double step_seconds)
+    : n_vocab_(n_vocab), n_embd_(n_embd), step_seconds_(step_seconds) {
   if (!(std::isfinite(step_seconds) && step_seconds >= 0)) {
     throw InvalidArgument("[null backend] step_seconds: expected a finite value >= 0, got " +
                           std::to_string(step_seconds));
@@ -73,6 +73,15 @@ void NullBackend::forward(const std::vector<ForwardSegment>& segments) {
       for (uint32_t v = 0; v < n_vocab_; ++v) {
         uint32_t distance = (v + n_vocab_ - peak) % n_vocab_;
         seg.logits[v] = -step * static_cast<float>(distance);
+      }
+    }
+    if (seg.hidden != nullptr) {
+      // Repeatable stand-ins: a function of each row's token and position only.
+      for (size_t r = 0; r < seg.n_tokens; ++r) {
+        for (uint32_t i = 0; i < n_embd_; ++i) {
+          seg.hidden[r * n_embd_ + i] =
+              static_cast<float>((static_cast<uint64_t>(seg.tokens[r]) * 31 + (seg.start + r) * 7 + i) % 17) - 8.0f;
+        }
       }
     }
     if (!seg.replay) kv->intact_end_ = seg.start + seg.n_tokens;

@@ -16,7 +16,7 @@ namespace muser {
 class NullBackend final : public Backend {
  public:
   // step_seconds >= 0 and finite; throws InvalidArgument otherwise.
-  NullBackend(uint32_t n_vocab, double step_seconds);
+  NullBackend(uint32_t n_vocab, uint32_t n_embd, double step_seconds);
 
   const char* name() const override { return "null"; }
   std::unique_ptr<KvState> new_kv_state(size_t max_context) const override;
@@ -28,6 +28,7 @@ class NullBackend final : public Backend {
 
  private:
   uint32_t n_vocab_;
+  uint32_t n_embd_;
   double step_seconds_;
 };
 
