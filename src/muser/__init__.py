@@ -15,6 +15,7 @@ from muser.errors import (
     ModelFormatError,
     MuserError,
     Overloaded,
+    SessionFileError,
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
@@ -58,5 +59,6 @@ __all__ = [
     "ModelFormatError",
     "MuserError",
     "Overloaded",
+    "SessionFileError",
     "Unhealthy",
 ]

@@ -32,6 +32,7 @@ from muser import _core
 
 if TYPE_CHECKING:
     from muser.embeddings import Pooling
+    from muser.sampling.chain import SamplerChain
     from muser.pool import SlotPool
 
 __all__ = ["Engine", "Session", "SessionSnapshot"]
@@ -150,6 +151,19 @@ class Session:
         """
         self._core.restore(snapshot)
 
+    def save(self, path: str | os.PathLike[str], *, sampler: SamplerChain | None = None) -> str:
+        """Write this session (KV, tokens, logits) and, when given, ``sampler``'s
+        state (RNG streams, windows, grammar position) to a safetensors file;
+        returns its path. Load it with :meth:`Engine.load_session`; continuing
+        then is bitwise identical to never having stopped. See :mod:`muser.session_files`.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        from muser.session_files import save_session
+
+        return os.fspath(save_session(self, path, sampler=sampler))
+
     def __repr__(self) -> str:
         return f"Session(n_past={self.n_past}, max_context={self.max_context})"
 
@@ -188,7 +202,7 @@ class Engine:
     Thread safety: share one engine between threads freely.
     """
 
-    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "__weakref__")
+    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_sha256", "__weakref__")
 
     def __init__(
         self,
@@ -213,12 +227,42 @@ class Engine:
         self._lock = threading.Lock()
         self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
         self._default_pool: SlotPool | None = None
+        self._sha256: str | None = None
 
     @property
     def config(self) -> dict[str, Any]:
         """Hyperparameters, architecture, context length, special tokens and the
         chat template (``None`` when the file has none). A new dict each call."""
         return self._core.config
+
+    @property
+    def model_sha256(self) -> str:
+        """SHA-256 of the model file (hex), computed on first use (about 0.3 s
+        per 100 MB) and kept; it names the model in saved session files."""
+        with self._lock:
+            if self._sha256 is None:
+                import hashlib
+
+                digest = hashlib.sha256()
+                with open(self.path, "rb") as handle:
+                    while block := handle.read(1 << 22):
+                        digest.update(block)
+                self._sha256 = digest.hexdigest()
+            return self._sha256
+
+    def load_session(self, path: str | os.PathLike[str], *, sampler: SamplerChain | None = None) -> Session:
+        """A new session holding what :meth:`Session.save` wrote to ``path``
+        (same max_context); with ``sampler`` (a chain built like the saved
+        one) its state is restored too. Many sessions may load one file: the
+        prompt-cache recipe (save a shared prefix once, load it per request).
+
+        Raises:
+            SessionFileError: not a session file, one of another model or
+                backend (naming both), or inconsistent contents.
+        """
+        from muser.session_files import load_session
+
+        return load_session(self, path, sampler=sampler)
 
     def metadata(self) -> dict[str, Any]:
         """Every GGUF metadata key and value (a copy)."""

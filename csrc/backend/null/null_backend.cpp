@@ -25,6 +25,19 @@ class NullKvState final : public KvState {
   void forget_from(size_t position) noexcept override { intact_end_ = std::min(intact_end_, position); }
   std::unique_ptr<KvState> clone() const override { return std::make_unique<NullKvState>(*this); }
   size_t bytes() const override { return sizeof(*this); }
+  KvExport export_kv(size_t n_past) const override {
+    if (!intact(n_past, n_past)) throw InvalidArgument("[null backend] export_kv: positions before n_past not intact");
+    KvExport out;
+    out.n_past = n_past;
+    return out;
+  }
+  void import_kv(const KvExport& data) override {
+    if (!data.layers.empty() || data.n_past > max_context_) {
+      throw InvalidArgument("[null backend] import_kv: expected no layers and n_past <= " +
+                            std::to_string(max_context_));
+    }
+    intact_end_ = data.n_past;
+  }
 
   size_t intact_end_ = 0;
 
