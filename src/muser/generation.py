@@ -602,6 +602,12 @@ def chat(
     if "parse_special" in options:
         raise TypeError("chat() always parses the control tokens of the rendered template; "
                         "drop parse_special=")
+    if isinstance(messages, Sequence) and messages and all(
+            isinstance(m, Sequence) and not isinstance(m, (str, bytes)) for m in messages):
+        raise TypeError(f"chat() takes one conversation (a list of message dicts), got a list of {len(messages)} "
+                        "conversations; call chat() once per conversation (from threads to run them "
+                        "concurrently), or render each with muser.generation.render_chat and pass the list "
+                        "to muser.generate")
     prompt = render_chat(target, messages, template, tools=tools, documents=documents,
                          template_kwargs=template_kwargs)
     rendered: GenerationOptions = {**options, "parse_special": True}

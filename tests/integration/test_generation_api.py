@@ -71,6 +71,9 @@ def test_a_list_of_prompts_is_refused_where_it_makes_no_sense_with_a_how_to(tiny
         muser.stream(tiny, ["a", "b"])
     with pytest.raises(ValueError, match="n=1"):
         muser.generate(tiny, ["a", "b"], n=2)
+    conversation = [{"role": "user", "content": "hi"}]
+    with pytest.raises(TypeError, match="chat\\(\\) takes one conversation .* list of 2 conversations"):
+        muser.chat(tiny, [conversation, conversation])
 
 
 def test_a_logits_processor_steers_every_token(tiny):
