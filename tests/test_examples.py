@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+# Scripts only: examples/test_*.py are pytest files that pytest collects itself.
+EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[1] / "examples").glob("*.py")
+                  if not p.name.startswith("test_"))
 
 
 def test_there_are_examples():

