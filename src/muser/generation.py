@@ -592,7 +592,7 @@ def chat(target: Target, messages: Sequence[Mapping[str, Any]], *, template: str
          **options: Unpack[GenerationOptions]) -> Iterator[GenerationChunk]: ...
 
 
-@explicit_signature()
+@explicit_signature(extra=("parse_special",))  # chat always parses the rendered template's control tokens
 def chat(
     target: Target,
     messages: Sequence[Mapping[str, Any]],

@@ -170,7 +170,7 @@ def explicit_signature(*, extra: Sequence[str] = ()) -> Callable[[F], F]:
     """Show ``**options: Unpack[GenerationOptions]`` as explicit keyword
     parameters to ``inspect.signature``/``help()`` (runtime only; type checkers
     read the ``Unpack`` annotation). ``extra`` names options the function
-    does not take (none so far) to leave out."""
+    refuses (chat: ``parse_special``), left out of the shown signature."""
 
     def decorate(function: F) -> F:
         signature = inspect.signature(function)
