@@ -28,12 +28,14 @@ Mapping of the request fields:
   tool: the output is generated under a grammar built from the functions'
   JSON schemas (``{"name": ..., "arguments": {...}}``, or just the arguments
   for a named function) and returned as ``message.tool_calls`` with
-  ``finish_reason="tool_calls"`` (streamed as ``delta.tool_calls``
-  argument fragments). With ``tool_choice="auto"`` (the default when tools
-  are given) the reply is scanned for a tool call the model wrote itself
-  (a JSON object ``{"name", "arguments"}`` naming a given tool, bare or in
-  ``<tool_call>...</tool_call>`` tags); that scan needs the whole reply, so
-  it happens when not streaming. ``"none"`` never produces tool calls.
+  ``finish_reason="tool_calls"``. With ``tool_choice="auto"`` (the default
+  when tools are given) the reply is scanned for a tool call the model
+  wrote itself (a JSON object ``{"name", "arguments"}`` naming a given tool,
+  bare or in ``<tool_call>...</tool_call>`` tags). ``"none"`` never produces
+  tool calls. Streaming: a named function's arguments stream as
+  ``delta.tool_calls`` fragments; otherwise a reply that may be a tool call
+  (``"required"``, or ``"auto"`` while the text so far starts like one) is
+  held back and sent whole at the end, as ``tool_calls`` or as content.
 
 Thread safety and errors are those of :func:`muser.stream`; a cancelled
 request raises :class:`muser.Cancelled`.
@@ -412,7 +414,8 @@ def create_chat_completion(
     want_logprobs = bool(logprobs or top_logprobs)
     if stream:
         include_usage = bool((stream_options or {}).get("include_usage"))
-        return _chat_chunks(requests, header, len(tokens), vocab, want_logprobs, forced, forced_name, include_usage)
+        return _chat_chunks(requests, header, len(tokens), vocab, want_logprobs, forced, forced_name,
+                            functions if forced else functions_for_parse, include_usage)
     choices = []
     completion_tokens = 0
     for index, chunks in enumerate(_collect(requests)):
@@ -442,10 +445,21 @@ def create_chat_completion(
             "usage": _usage(len(tokens), completion_tokens)}
 
 
+def _could_be_tool_call(text: str) -> bool:
+    """Whether a reply that starts with ``text`` may still turn out to be a tool call."""
+    head = text.lstrip()
+    return not head or head.startswith("{") or head.startswith("<tool_call>") or "<tool_call>".startswith(head)
+
+
 def _chat_chunks(requests: list[_Request], header: JSONDict, prompt_tokens: int, vocab: _Tokens,
                  want_logprobs: bool, forced: bool, forced_name: str | None,
-                 include_usage: bool) -> Iterator[JSONDict]:
+                 functions: Mapping[str, Mapping[str, Any]], include_usage: bool) -> Iterator[JSONDict]:
+    """Chunks per choice. A named forced call streams its arguments as they
+    come. Otherwise, while tools may be called ("required", or "auto" with a
+    reply that so far could be a call), the text is held back and parsed at
+    the end: tool_calls if it is a call, else the held text as content."""
     started: set[int] = set()
+    held: dict[int, str] = {}  # choices whose text is held back, and the text so far
     call_ids: dict[int, str] = {}
     completion_tokens = 0
     base = {**header, "object": "chat.completion.chunk"}
@@ -457,23 +471,36 @@ def _chat_chunks(requests: list[_Request], header: JSONDict, prompt_tokens: int,
         if index not in started:
             started.add(index)
             delta["role"] = "assistant"
-        if forced:
-            # Tool arguments stream as fragments of one call (OpenAI's shape); with
-            # "required" the call's name is only known once the JSON is complete,
-            # so that stream sends the whole {"name", "arguments"} text as arguments.
+            if functions and not (forced and forced_name is not None):
+                held[index] = ""
+        finish: str | None = chunk.finish_reason
+        if forced and forced_name is not None:
             if chunk.text or index not in call_ids:
                 call: JSONDict = {"index": 0, "function": {"arguments": chunk.text}}
                 if index not in call_ids:
                     call_ids[index] = _call_id()
-                    call.update(id=call_ids[index], type="function")
-                    if forced_name is not None:
-                        call["function"]["name"] = forced_name
+                    call.update(id=call_ids[index], type="function", function={"name": forced_name,
+                                                                               "arguments": chunk.text})
                 delta["tool_calls"] = [call]
+            if finish == "stop":
+                finish = "tool_calls"
+        elif index in held:
+            held[index] += chunk.text
+            if finish is not None:
+                text = held.pop(index)
+                calls = _parse_tool_calls(text, functions)
+                if calls:
+                    delta["tool_calls"] = [{"index": i, "id": _call_id(), "type": "function",
+                                            "function": {"name": name, "arguments": arguments}}
+                                           for i, (name, arguments) in enumerate(calls)]
+                    if finish == "stop":
+                        finish = "tool_calls"
+                else:
+                    delta["content"] = text
+            elif not forced and not _could_be_tool_call(held[index]):
+                delta["content"] = held.pop(index)  # plain text after all: stream from here on
         elif chunk.text or "role" in delta:
             delta["content"] = chunk.text
-        finish: str | None = chunk.finish_reason
-        if forced and finish == "stop":
-            finish = "tool_calls"
         choice: JSONDict = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
         if want_logprobs and chunk.token_ids:
             choice["logprobs"] = {"content": _chat_logprobs(chunk, vocab)}

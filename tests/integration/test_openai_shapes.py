@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -220,3 +221,57 @@ def test_tool_calls_the_model_writes_itself_are_recognized():
         [("get_weather", '{"city": "Rome"}')]
     assert mo._parse_tool_calls("It is sunny.", functions) == []
     assert mo._parse_tool_calls('{"name": "other", "arguments": {}}', functions) == []
+
+
+def _forcing(engine: muser.Engine, text: str, prompt_length: int):
+    """A logits processor that makes the model write exactly ``text``, then end."""
+    target = engine.tokenize(text, add_special=False)
+    end = engine.eog_ids[0]
+
+    def force(token_ids, logits):
+        step = len(token_ids) - prompt_length
+        out = np.full_like(logits, -np.inf)
+        out[target[step] if step < len(target) else end] = 0.0
+        return out
+
+    return force
+
+
+def _prompt_length(engine: muser.Engine, messages, tools) -> int:
+    prompt = muser.generation.render_chat(engine, mo._template_messages(messages), tools=tools)
+    return len(engine.tokenize(prompt, parse_special=True))
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("written", [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}\n</tool_call>',
+    '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}',
+])
+def test_auto_tool_choice_recognizes_a_call_the_model_writes_streamed_or_not(smollm2, written):
+    messages = [{"role": "user", "content": "Weather in Oslo?"}]
+    force = _forcing(smollm2, written, _prompt_length(smollm2, messages, [_WEATHER]))
+    result = _chat(mo.create_chat_completion(smollm2, messages, tools=[_WEATHER], max_tokens=60, temperature=0,
+                                             logits_processors=[force]))
+    (call,) = result.choices[0].message.tool_calls or []
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Oslo", "unit": "c"})
+    assert result.choices[0].finish_reason == "tool_calls" and result.choices[0].message.content is None
+    chunks = [ChatCompletionChunk.model_validate(c) for c in mo.create_chat_completion(
+        smollm2, messages, tools=[_WEATHER], max_tokens=60, temperature=0, logits_processors=[force], stream=True)]
+    assert not any(c.choices[0].delta.content for c in chunks)  # held back, never leaked as text
+    calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert len(calls) == 1 and calls[0].function is not None and calls[0].function.name == "get_weather"
+    assert json.loads(calls[0].function.arguments or "") == {"city": "Oslo", "unit": "c"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.real_model
+def test_auto_tool_choice_streams_plain_text_as_it_comes(smollm2):
+    messages = [{"role": "user", "content": "Say hello."}]
+    written = "Hello there, friend. It is a fine day."
+    force = _forcing(smollm2, written, _prompt_length(smollm2, messages, [_WEATHER]))
+    chunks = [ChatCompletionChunk.model_validate(c) for c in mo.create_chat_completion(
+        smollm2, messages, tools=[_WEATHER], max_tokens=30, temperature=0, logits_processors=[force], stream=True)]
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert "".join(pieces) == written and len(pieces) > 3  # streamed, not held to the end
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert not any(c.choices[0].delta.tool_calls for c in chunks)
