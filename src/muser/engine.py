@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from muser import _core
+from muser.keywords import checked_keywords
 
 if TYPE_CHECKING:
     import contextlib
@@ -154,6 +155,7 @@ class Session:
         """
         self._core.restore(snapshot)
 
+    @checked_keywords
     def save(self, path: str | os.PathLike[str], *, sampler: SamplerChain | None = None) -> str:
         """Write this session (KV, tokens, logits) and, when given, ``sampler``'s
         state (RNG streams, windows, grammar position) to a safetensors file;
@@ -209,6 +211,7 @@ class Engine:
 
     __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_sha256", "__weakref__")
 
+    @checked_keywords
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -257,6 +260,7 @@ class Engine:
                 self._sha256 = digest.hexdigest()
             return self._sha256
 
+    @checked_keywords
     def load_session(self, path: str | os.PathLike[str], *, sampler: SamplerChain | None = None) -> Session:
         """A new session holding what :meth:`Session.save` wrote to ``path``
         (same max_context); with ``sampler`` (a chain built like the saved
@@ -291,6 +295,7 @@ class Engine:
         return self._core.threads
 
     @classmethod
+    @checked_keywords
     def from_registry(
         cls,
         key: str = "smollm2-135m",
@@ -316,6 +321,7 @@ class Engine:
                    null_prefill_seconds_per_row=null_prefill_seconds_per_row)
 
     @classmethod
+    @checked_keywords
     def from_pretrained(
         cls,
         repo_id: str,
@@ -411,6 +417,7 @@ class Engine:
     def n_vocab(self) -> int:
         return int(self._core.tokenizer.n_vocab)
 
+    @checked_keywords
     def session(self, max_context: int | None = None) -> Session:
         """A new, empty session holding up to ``max_context`` tokens.
 
@@ -450,6 +457,7 @@ class Engine:
               normalize: bool = True, add_special: bool = True,
               cancel: _core.CancelToken | None = None) -> npt.NDArray[np.float32]: ...
 
+    @checked_keywords
     def embed(self, texts: str | Sequence[str] | Sequence[Sequence[int]], *, pooling: Pooling = "mean",
               normalize: bool = True, add_special: bool = True,
               cancel: _core.CancelToken | None = None) -> npt.NDArray[np.float32]:

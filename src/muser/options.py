@@ -13,7 +13,6 @@ Also the two hook types: :data:`LogitsProcessor` and :data:`StoppingCriterion`.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar
@@ -22,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from muser.grammar import Grammar
+from muser.keywords import check_keywords, checked_keywords, did_you_mean
 from muser.pool import CancelToken
 from muser.sampling.params import SamplingParams
 
@@ -31,6 +31,7 @@ __all__ = [
     "LogitsProcessor",
     "StoppingCriterion",
     "check_keywords",
+    "checked_keywords",
     "explicit_signature",
     "GENERATION_KEYWORDS",
     "SAMPLING_KEYWORDS",
@@ -126,46 +127,7 @@ _GENERATION_DEFAULTS: dict[str, Any] = {
     "cancel": None, "parse_special": False,
 }
 
-#: Names users bring from other libraries, mapped to ours (checked before the
-#: fuzzy match, which would not find them).
-_ALIASES = {
-    "max_new_tokens": "max_tokens",
-    "max_length": "max_tokens",
-    "num_predict": "max_tokens",
-    "n_predict": "max_tokens",
-    "max_completion_tokens": "max_tokens",
-    "stop_sequences": "stop",
-    "stop_strings": "stop",
-    "repetition_penalty": "repeat_penalty",
-    "random_seed": "seed",
-    "logits_processor": "logits_processors",
-    "stopping_criterion": "stopping_criteria",
-    "num_return_sequences": "n",
-}
-
-
-def did_you_mean(name: str, valid: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for the closest valid name, or an empty string."""
-    valid = list(valid)
-    alias = _ALIASES.get(name)
-    if alias is not None and alias in valid:
-        return f" (did you mean {alias}?)"
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def check_keywords(function: str, given: Iterable[str], valid: Iterable[str]) -> None:
-    """Raise ``TypeError`` for the first keyword in ``given`` not in ``valid``,
-    naming the closest valid one."""
-    valid = set(valid)
-    for name in given:
-        if name not in valid:
-            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}{did_you_mean(name, valid)}")
-
-
 F = TypeVar("F", bound=Callable[..., Any])
-
-
 def explicit_signature(*, extra: Sequence[str] = ()) -> Callable[[F], F]:
     """Show ``**options: Unpack[GenerationOptions]`` as explicit keyword
     parameters to ``inspect.signature``/``help()`` (runtime only; type checkers

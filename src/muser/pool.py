@@ -27,6 +27,7 @@ import numpy as np
 from muser import _core
 from muser.engine import Engine, Session
 from muser.errors import InternalError, Overloaded, Unhealthy
+from muser.keywords import checked_keywords
 
 __all__ = ["CancelToken", "Lease", "Slot", "SlotPool"]
 
@@ -149,6 +150,7 @@ class SlotPool:
         ValueError: an argument outside its range.
     """
 
+    @checked_keywords
     def __init__(
         self,
         engine: Engine,

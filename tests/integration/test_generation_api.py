@@ -134,3 +134,17 @@ def test_version_is_exported_and_printed_by_the_command_line():
     assert muser.__version__ == pyproject["project"]["version"]
     out = subprocess.run([sys.executable, "-m", "muser", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"muser {muser.__version__}"
+
+
+def test_constructors_and_methods_suggest_the_keyword_meant(tiny):
+    with pytest.raises(TypeError, match=r"Engine\(\) got an unexpected keyword argument 'thread' \(did you mean threads\?\)"):
+        muser.Engine(tiny.path, thread=2)
+    with pytest.raises(TypeError, match=r"SlotPool\(\) .*'slot' \(did you mean slots\?\)"):
+        muser.SlotPool(tiny, slot=2)
+    with pytest.raises(TypeError, match=r"Engine.session\(\) .*'n_ctx' \(did you mean max_context\?\)"):
+        tiny.session(n_ctx=16)
+    with pytest.raises(TypeError, match=r"Engine.embed\(\) .*'poolng' \(did you mean pooling\?\)"):
+        tiny.embed(["a"], poolng="mean")
+    with pytest.raises(TypeError, match=r"fetch\(\) .*'progres' \(did you mean progress\?\)"):
+        muser.models.fetch("smollm2-135m", progres=False)
+    assert inspect.signature(muser.Engine).parameters["threads"].default is None  # the signature shows through
