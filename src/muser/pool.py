@@ -101,7 +101,9 @@ class Slot:
         Raises:
             ValueError: ``n_keep`` larger than ``n_past``. The slot is unchanged on any failure.
         """
-        return self._pool._core.context_shift(self.index, operator.index(n_keep), self._cancel)
+        n_past = self._pool._core.context_shift(self.index, operator.index(n_keep), self._cancel)
+        log.info("slot %d: context shift (kept %d tokens at the start), now %d tokens", self.index, n_keep, n_past)
+        return n_past
 
 
 class Lease:
@@ -133,6 +135,7 @@ class Lease:
             if not healthy:
                 log.warning("slot %d ended in an unknown state: the pool is now unhealthy", self.slot.index)
             self._pool._core.release(self.slot.index, healthy)
+            log.debug("released slot %d", self.slot.index)
 
 
 class SlotPool:

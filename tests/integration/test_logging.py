@@ -43,6 +43,16 @@ def test_pool_events_are_logged(tiny_path, caplog):
     assert (logging.DEBUG, "acquired slot 0 (0 of 3 prompt tokens already cached)") in messages
     assert (logging.DEBUG, "acquired slot 0 (3 of 3 prompt tokens already cached)") in messages
     assert any(level == logging.WARNING and "overloaded" in m for level, m in messages)
+    assert messages.count((logging.DEBUG, "released slot 0")) == 2
+
+
+def test_a_context_shift_is_logged(tiny_path, caplog):
+    engine = muser.Engine(tiny_path, threads=1)
+    pool = muser.SlotPool(engine, slots=1, max_context=16)
+    with caplog.at_level(logging.INFO, logger="muser"):
+        muser.generate(pool, [1, 2, 3], max_tokens=30, temperature=0, context_shift=True, n_keep=2)
+    assert any(r.getMessage().startswith("slot 0: context shift (kept 2 tokens at the start)")
+               for r in caplog.records)
 
 
 def test_the_library_prints_nothing_on_its_own(tiny_path):
