@@ -275,3 +275,13 @@ def test_auto_tool_choice_streams_plain_text_as_it_comes(smollm2):
     assert "".join(pieces) == written and len(pieces) > 3  # streamed, not held to the end
     assert chunks[-1].choices[0].finish_reason == "stop"
     assert not any(c.choices[0].delta.tool_calls for c in chunks)
+
+
+def test_a_cancelled_request_raises_cancelled(tiny):
+    cancel = muser.CancelToken()
+    cancel.cancel()
+    with pytest.raises(muser.Cancelled):
+        mo.create_completion(tiny, [1, 2, 3], max_tokens=5, cancel=cancel)
+    with pytest.raises(muser.Cancelled):
+        list(mo.create_chat_completion(tiny, [{"role": "user", "content": "hi"}], max_tokens=5, cancel=cancel,
+                                       stream=True))
