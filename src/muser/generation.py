@@ -491,8 +491,8 @@ def generate(target: Target, prompt: Prompt | Prompts, *, n: int = 1,
     ``n`` = 2..slots runs ``n`` completions of one prompt concurrently (seeds
     ``seed``, ``seed`` + 1, ...) and returns a list. A list of prompts (strings,
     or lists of token ids) returns one completion per prompt, in order, run
-    concurrently through the pool (prompts beyond its slots wait their turn;
-    with ``seed``, prompt i uses ``seed`` + i). Same keywords as :func:`stream`.
+    through the pool as many at a time as it has slots (with ``seed``,
+    prompt i uses ``seed`` + i). Same keywords as :func:`stream`.
 
     Raises:
         Cancelled: ``cancel`` was cancelled, or the request was.
@@ -505,18 +505,24 @@ def generate(target: Target, prompt: Prompt | Prompts, *, n: int = 1,
         if n != 1:
             raise ValueError(f"generate() with a list of {len(prompts)} prompts takes n=1 (one completion "
                              "each); repeat a prompt in the list to get several completions of it")
-        requests: list[_Request] = []
-        try:
-            for index, one in enumerate(prompts):
-                seeded = parsed if parsed.seed is None else \
-                    dataclasses.replace(parsed, seed=(parsed.seed + index) & 0xFFFFFFFF)
-                (request,) = _start(target, one, 1, cancel, parse_special, seeded)
-                requests.append(request)
-        except BaseException:
-            for request in requests:
-                request.abandon()
-            raise
-        return [_text(chunks) for chunks in _collect(requests)]
+        # In windows of the pool's slots: every request of a window runs at
+        # once, and a long list never piles past the pool's waiting limit.
+        width = _pool_of(target).slots
+        texts: list[str] = []
+        for first in range(0, len(prompts), width):
+            requests: list[_Request] = []
+            try:
+                for index in range(first, min(first + width, len(prompts))):
+                    seeded = parsed if parsed.seed is None else \
+                        dataclasses.replace(parsed, seed=(parsed.seed + index) & 0xFFFFFFFF)
+                    (request,) = _start(target, prompts[index], 1, cancel, parse_special, seeded)
+                    requests.append(request)
+            except BaseException:
+                for request in requests:
+                    request.abandon()
+                raise
+            texts += [_text(chunks) for chunks in _collect(requests)]
+        return texts
     one_prompt = cast(Prompt, prompt)  # (not a list of prompts, checked above)
     texts = [_text(chunks) for chunks in _collect(_start(target, one_prompt, n, cancel, parse_special, parsed))]
     return texts[0] if n == 1 else texts

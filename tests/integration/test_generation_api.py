@@ -59,8 +59,8 @@ def test_a_list_of_prompts_gives_one_completion_each_in_order(tiny):
     ]
 
 
-def test_more_prompts_than_slots_all_complete(tiny):
-    pool = muser.SlotPool(tiny, slots=2, max_context=64)
+def test_more_prompts_than_slots_and_waiters_all_complete(tiny):
+    pool = muser.SlotPool(tiny, slots=2, max_waiting=0, max_context=64)  # nobody may even wait
     prompts = [[i + 1, i + 2] for i in range(5)]
     assert muser.generate(pool, prompts, max_tokens=4, temperature=0) == [
         muser.generate(pool, p, max_tokens=4, temperature=0) for p in prompts]
