@@ -18,15 +18,15 @@ pool safely. A stream iterator belongs to the thread iterating it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import math
 import operator
 import queue
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-import dataclasses
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, TypeGuard, Union, cast, overload
 
