@@ -128,3 +128,13 @@ def test_openai_message_shapes_are_accepted():
         ChatTemplate(template).render([{"role": "assistant", "content": None}])
     with pytest.raises(ChatTemplateError, match=r"\['content'\]\[0\] must be a dict with a 'type'"):
         ChatTemplate(template).render([{"role": "user", "content": ["hi"]}])
+
+
+def test_the_command_line_template_option_takes_a_file_or_the_text(tmp_path):
+    from muser.cli import _template
+
+    path = tmp_path / "chatml.jinja"
+    path.write_text(CHATML)
+    assert _template(str(path)) == CHATML
+    assert _template("{{ messages[0].content }}") == "{{ messages[0].content }}"
+    assert _template(None) is None
