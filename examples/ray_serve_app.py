@@ -40,7 +40,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=24)
     args = parser.parse_args()
 
-    muser.models.fetch(args.model) if not args.model.endswith(".gguf") else None  # fetch once, before replicas start
+    if not args.model.endswith(".gguf"):
+        muser.models.fetch(args.model)  # once, before the replicas start
     ray.init(include_dashboard=False, log_to_driver=False)  # or ray.init(address="auto") on a cluster
     serve.start(proxy_location="Disabled")  # no Serve HTTP proxy: calls come through the handle
     app = muser.ray.deployment(args.model, num_replicas=args.replicas, threads=args.threads, slots=args.slots,
@@ -54,9 +55,13 @@ def main() -> None:
     prompts = [f"Write one line about the number {i}." for i in range(max(0, args.requests - len(chats)))]
 
     started = time.perf_counter()
+    # One chat first puts the system prompt in a slot; the burst's chats then
+    # follow it to that replica (the router) and that slot (the pool).
+    replies = [client.chat(chats[0], max_tokens=args.max_tokens, temperature=0)]
     with ThreadPoolExecutor(args.requests) as pool:
-        replies = list(pool.map(lambda m: client.chat(m, max_tokens=args.max_tokens, temperature=0), chats))
-        replies += list(pool.map(lambda p: client.generate(p, max_tokens=args.max_tokens, temperature=0), prompts))
+        burst = [pool.submit(client.chat, m, max_tokens=args.max_tokens, temperature=0) for m in chats[1:]]
+        burst += [pool.submit(client.generate, p, max_tokens=args.max_tokens, temperature=0) for p in prompts]
+        replies += [future.result() for future in burst]
     elapsed = time.perf_counter() - started
     for chat, reply in zip(chats, replies):
         print(f"Q: {chat[1]['content']}\nA: {reply.strip()}\n")

@@ -30,7 +30,6 @@ from collections import deque
 from typing import Any
 
 from ray.serve.request_router import (
-    FIFOMixin,
     PendingRequest,
     ReplicaID,
     ReplicaResult,
@@ -80,9 +79,13 @@ def shared_prefix(a, b) -> int:
     return lo
 
 
-class PrefixAffinityRouter(FIFOMixin, RequestRouter):
+class PrefixAffinityRouter(RequestRouter):
     """Routes requests that share a long prompt prefix to the same replica,
     falling back to the least-loaded replica (see the module docstring).
+
+    Not FIFO-mixed: with Ray Serve's FIFOMixin a replica chosen for one
+    request's prefix would be handed to whichever request is oldest, so
+    during a burst prefixes would land anywhere.
 
     Configure through ``RequestRouterConfig(request_router_class=PrefixAffinityRouter,
     request_router_kwargs={...})``; :func:`muser.ray.deployment` does this.
