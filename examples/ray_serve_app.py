@@ -5,9 +5,9 @@
 
 Starts a local Ray cluster (or joins one: set RAY_ADDRESS, see the README's
 "Past one machine" section), deploys N replicas of a registry model, then
-sends a burst of requests: chats that share a long system prompt (they land
-on the replica that already holds it) and a few unrelated prompts (they go
-to the least-loaded replica). Prints where requests went, the prompt tokens
+sends chats that share a long system prompt (they land on the replica that
+already holds it) and a burst of unrelated prompts (they go to the
+least-loaded replicas). Prints where requests went, the prompt tokens
 reused from cache across replicas, and throughput.
 
 muser ships no HTTP server: put your own FastAPI/Starlette ingress in front
@@ -55,13 +55,14 @@ def main() -> None:
     prompts = [f"Write one line about the number {i}." for i in range(max(0, args.requests - len(chats)))]
 
     started = time.perf_counter()
-    # One chat first puts the system prompt in a slot; the burst's chats then
-    # follow it to that replica (the router) and that slot (the pool).
-    replies = [client.chat(chats[0], max_tokens=args.max_tokens, temperature=0)]
-    with ThreadPoolExecutor(args.requests) as pool:
-        burst = [pool.submit(client.chat, m, max_tokens=args.max_tokens, temperature=0) for m in chats[1:]]
-        burst += [pool.submit(client.generate, p, max_tokens=args.max_tokens, temperature=0) for p in prompts]
-        replies += [future.result() for future in burst]
+    # A conversation's turns arrive one after another: each finds the system
+    # prompt in a slot of the replica the router sends it to (a slot holds one
+    # copy of a prefix, so requests arriving at the same instant would each
+    # compute it once).
+    replies = [client.chat(chat, max_tokens=args.max_tokens, temperature=0) for chat in chats]
+    # Unrelated prompts in a burst: spread over the least-loaded replicas.
+    with ThreadPoolExecutor(max(1, len(prompts))) as pool:
+        replies += list(pool.map(lambda p: client.generate(p, max_tokens=args.max_tokens, temperature=0), prompts))
     elapsed = time.perf_counter() - started
     for chat, reply in zip(chats, replies):
         print(f"Q: {chat[1]['content']}\nA: {reply.strip()}\n")
