@@ -89,6 +89,9 @@ class MuserServer:
         self._report()
 
         def ended(done: concurrent.futures.Future) -> None:
+            if done.cancelled():  # cancelled before a thread picked it up: it never ran
+                self._ended("cancelled")
+                return
             error = done.exception()
             self._ended("completed" if error is None else "cancelled" if token.cancelled else "failed")
 
