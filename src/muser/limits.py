@@ -59,10 +59,12 @@ MAX_GRAMMAR_CHARS = 1 << 20
 #: schema. Parsing is recursive; past this the parser would exhaust the stack.
 MAX_GRAMMAR_NESTING = 100
 
-#: Largest product of the counts of nested bounded repetitions
-#: (``("x"{0,100}){0,100}`` expands to 10,000): each nesting level multiplies
-#: the recognizer states an ambiguous match can keep alive at once.
-MAX_REPETITION_EXPANSION = 10_000
+#: Largest product of the counts of nested repetitions
+#: (``("x"{0,20}){0,50}`` expands to 1,000): each nesting level multiplies the
+#: parses an ambiguous match keeps alive at once. A single repetition, or one
+#: whose copies are separated by a delimiter (``("," item){0,2000}``), is not
+#: a nesting and stays allowed up to 2000.
+MAX_REPETITION_EXPANSION = 1_000
 
 #: Most Earley items one recognizer state may hold. Grammars that stay under
 #: MAX_REPETITION_EXPANSION can still be ambiguous enough to need more; they

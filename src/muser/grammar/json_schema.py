@@ -41,6 +41,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from muser import limits
 from muser.errors import GrammarError
 from muser.grammar.json_regex import gbnf_literal, pattern_to_gbnf
 from muser.grammar.number_ranges import UNBOUNDED_MAGNITUDE, integer_range, nonnegative_range
@@ -110,6 +111,9 @@ class _Converter:
         self.document = document
         self.rules: dict[str, str] = {"root": ""}
         self.ref_names: dict[str, str] = {}
+        # Subschemas being visited: bounded, since visiting recurses (and an
+        # allOf whose parts $ref back to it would otherwise recurse forever).
+        self.depth = 0
 
     # ------------------------------------------------------------ rules
 
@@ -148,6 +152,18 @@ class _Converter:
 
     def visit(self, schema: Any, hint: str) -> str:
         """A GBNF expression for the JSON text of values valid under `schema`."""
+        if self.depth >= limits.MAX_GRAMMAR_NESTING:
+            raise GrammarError(
+                f"schema at '{hint}' is nested deeper than muser.limits.MAX_GRAMMAR_NESTING = "
+                f"{limits.MAX_GRAMMAR_NESTING} (or an allOf refers back to itself)"
+            )
+        self.depth += 1
+        try:
+            return self._visit(schema, hint)
+        finally:
+            self.depth -= 1
+
+    def _visit(self, schema: Any, hint: str) -> str:
         if schema is True:
             return self.primitive("value")
         if schema is False:
@@ -275,8 +291,8 @@ class _Converter:
         if not isinstance(properties, dict):
             raise GrammarError(f"'properties' at '{hint}' must be an object")
         required = schema.get("required", [])
-        if not isinstance(required, list):
-            raise GrammarError(f"'required' at '{hint}' must be a list")
+        if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+            raise GrammarError(f"'required' at '{hint}' must be a list of strings")
         additional = schema.get("additionalProperties", None if properties or required else True)
         if not properties and not required and additional in (True, {}):
             return self.primitive("object")
@@ -354,9 +370,8 @@ class _Converter:
         if isinstance(items, list):  # draft 4-7 tuple form
             prefix, items = items, schema.get("additionalItems", False)
         prefix = prefix or []
-        lo = int(schema.get("minItems", 0))
-        hi = schema.get("maxItems")
-        hi = None if hi is None else int(hi)
+        lo = _count(schema, "minItems", hint, 0)
+        hi = _count(schema, "maxItems", hint, None)
         k = len(prefix)
         if items is None:
             items = False if prefix and lo <= k else True
@@ -394,6 +409,8 @@ class _Converter:
 
     def visit_string(self, schema: dict, hint: str) -> str:
         fmt = schema.get("format")
+        if fmt is not None and not isinstance(fmt, str):
+            raise GrammarError(f"'format' at '{hint}' must be a string, got {type(fmt).__name__}")
         if "pattern" in schema:
             pattern = schema["pattern"]
             if not isinstance(pattern, str):
@@ -402,9 +419,8 @@ class _Converter:
             return self.define(hint, f'"\\"" ({body}) "\\""')
         if fmt in _FORMATS:
             return self.define(f"{fmt}-string", f'"\\"" {self.primitive(fmt)} "\\""')
-        lo = int(schema.get("minLength", 0))
-        hi = schema.get("maxLength")
-        hi = None if hi is None else int(hi)
+        lo = _count(schema, "minLength", hint, 0)
+        hi = _count(schema, "maxLength", hint, None)
         if lo == 0 and hi is None:
             return self.primitive("string")
         if hi is not None and hi > REPEAT_LIMIT:
@@ -462,6 +478,18 @@ class _Converter:
         if not options:
             raise GrammarError(f"no number satisfies the bounds at '{hint}'")
         return self.define(hint, " | ".join(options))
+
+
+def _count(schema: dict, key: str, hint: str, default: int | None) -> int | None:
+    """A non-negative integer keyword (minItems, maxLength, ...); 3.0 counts as 3."""
+    if key not in schema:
+        return default
+    value = schema[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GrammarError(f"'{key}' at '{hint}' must be a non-negative integer, got {value!r}")
+    return value
 
 
 def _repeat(expr: str, lo: int, hi: int | None) -> str:
