@@ -17,7 +17,6 @@ raises :class:`muser.ContextOverflow`.
 
 from __future__ import annotations
 
-import operator
 import os
 import threading
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from muser import _core
+from muser import _core, limits
 
 __all__ = ["Engine", "Session", "SessionSnapshot"]
 
@@ -68,11 +67,11 @@ class Session:
 
         Raises:
             ValueError: a token id outside ``[0, n_vocab)``.
-            TypeError: an element that is not an integer.
+            TypeError: an element that is not an integer (or ``tokens`` is a str/bytes).
             ContextOverflow: ``n_past + len(tokens) > max_context``.
             Cancelled: ``cancel`` was cancelled; seen at a chunk boundary.
         """
-        self._core.prefill([operator.index(t) for t in tokens], cancel)
+        self._core.prefill(limits.check_token_ids("tokens", tokens, self._engine.n_vocab), cancel)
 
     def decode(self, token: int) -> None:
         """Append one token; ``logits`` become the distribution after it.
@@ -81,7 +80,8 @@ class Session:
             ValueError: a token id outside ``[0, n_vocab)``.
             ContextOverflow: the session already holds ``max_context`` tokens.
         """
-        self._core.decode(operator.index(token))
+        (token,) = limits.check_token_ids("token", (token,), self._engine.n_vocab)
+        self._core.decode(token)
 
     @property
     def logits(self) -> np.ndarray | None:
@@ -122,7 +122,7 @@ class Session:
         Raises:
             ValueError: ``n < 0`` or ``n > n_past``.
         """
-        self._core.truncate(operator.index(n))
+        self._core.truncate(limits.check_int("n", n, 0, self.n_past))
 
     def snapshot(self) -> SessionSnapshot:
         """Copy the whole state (KV cache, tokens, logits) into an immutable snapshot."""
@@ -157,7 +157,8 @@ class Engine:
     Raises:
         ModelFormatError: the file is malformed, or its architecture, tensor
             types or shapes are unsupported (the message names the key or tensor).
-        ValueError: bad ``threads`` or ``backend``.
+        ValueError: bad ``threads`` (1..``muser.limits.MAX_THREADS``) or ``backend``.
+        TypeError: ``threads`` is not an int.
 
     Thread safety: share one engine between threads freely.
     """
@@ -172,6 +173,7 @@ class Engine:
         *,
         null_step_seconds: float = 0.0,
     ) -> None:
+        threads = limits.check_threads(threads)
         self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
         # Lazily built, then immutable: the per-vocabulary tables generation
         # needs, and the pool used when generate() is given this engine.
@@ -234,8 +236,18 @@ class Engine:
             add_special: add BOS/EOS as the model's metadata asks.
             parse_special: let texts of control tokens (``<|im_start|>``...) in
                 ``text`` become those tokens; otherwise they are plain text.
+
+        Raises:
+            TypeError: ``text`` is not a str (bytes must be decoded first).
+            ValueError: ``text`` is longer than ``muser.limits.MAX_TEXT_CHARS``, or
+                holds a lone surrogate (not Unicode text).
         """
-        return self._core.tokenizer.encode(text, add_special, parse_special)
+        try:
+            return self._core.tokenizer.encode(limits.check_text("text", text), add_special, parse_special)
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"text has a lone surrogate {text[exc.start]!r} at position {exc.start}: it has no UTF-8 form"
+            ) from None
 
     def detokenize(self, tokens: Sequence[int], remove_special: bool = True, unparse_special: bool = False) -> str:
         """Text of ``tokens`` (llama.cpp's detokenize); invalid UTF-8 becomes U+FFFD.
@@ -243,7 +255,8 @@ class Engine:
         Raises:
             ValueError: an id outside the vocabulary.
         """
-        return self._core.tokenizer.decode([operator.index(t) for t in tokens], remove_special, unparse_special)
+        ids = limits.check_token_ids("tokens", tokens, self.n_vocab)
+        return self._core.tokenizer.decode(ids, remove_special, unparse_special)
 
     def token_bytes(self, special: bool = False) -> list[bytes]:
         """The bytes every token contributes inside a text, indexed by id
@@ -290,6 +303,8 @@ class Engine:
         Raises:
             ValueError: ``max_context`` outside ``1..context_length``.
         """
+        if max_context is not None:
+            max_context = limits.check_int("max_context", max_context, 1, int(self.config["context_length"]))
         return Session(self._core.session(max_context), self)
 
     def decode_group(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:
@@ -310,7 +325,7 @@ class Engine:
             if session.engine is not self:
                 raise ValueError(f"[decode_group] session {index} belongs to another engine")
             cores.append(session._core)
-        self._core.decode_group(cores, [operator.index(t) for t in tokens])
+        self._core.decode_group(cores, limits.check_token_ids("tokens", tokens, self.n_vocab))
 
     def scheduler_stats(self) -> dict[str, int]:
         """Accelerator permits granted so far (decode grants and rows, prefill

@@ -45,6 +45,8 @@ __all__ = [
     "check_threads",
     "check_batch_window_us",
     "check_n_keep",
+    "check_int",
+    "check_sequence_of_str",
 ]
 
 #: Longest text (in code points) ``tokenize`` and a string prompt accept.
@@ -232,6 +234,23 @@ def check_n_keep(n_keep: Any, max_context: int, context_shift: bool) -> int:
             f"each shift must free at least {MIN_SHIFT_FREED_FRACTION:.0%} of the context"
         )
     return value
+
+
+def check_int(name: str, value: Any, low: int = 0, high: int = 2**31 - 1) -> int:
+    """An int (not bool; numpy integers are fine) in ``[low, high]``.
+
+    The default upper bound is the core's 32-bit counts: anything larger
+    would otherwise fail inside the bindings with an unhelpful message.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {_type_name(value)}") from None
+    if not low <= number <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {number}")
+    return number
 
 
 def check_sequence_of_str(name: str, value: Any) -> tuple[str, ...]:

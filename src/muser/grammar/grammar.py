@@ -168,7 +168,13 @@ class Grammar:
 
     def matches(self, text: str | bytes) -> bool:
         """Whether the whole of `text` is a sentence of the grammar."""
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if isinstance(text, str):
+            try:
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:
+                return False  # a lone surrogate: not Unicode text, so no sentence of any grammar
+        else:
+            data = bytes(text)
         st = self.state()
         return st.accept_bytes(data) and st.can_end()
 
