@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "weights/gguf_file.h"
+#include "weights/memory_budget.h"
 
 namespace muser {
 namespace {
@@ -130,6 +131,8 @@ bool HParams::has_sliding_layers() const {
 }
 
 HParams HParams::from_gguf(const GgufFile& file) {
+  // Before any size below is trusted: the file's data must fit the machine.
+  check_model_memory(file);
   HParams hp;
   hp.arch_name = std::string(file.get_string("general.architecture"));
   hp.arch = parse_arch(hp.arch_name);
