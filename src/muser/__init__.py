@@ -20,6 +20,7 @@ from muser.errors import (
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
 from muser.engine import Engine, Session, SessionSnapshot
 from muser.pool import CancelToken, Lease, Slot, SlotPool
+from muser import limits
 from muser import models
 from muser import sampling
 from muser.sampling.params import SamplingParams
@@ -37,6 +38,7 @@ __all__ = [
     "SessionSnapshot",
     "Slot",
     "SlotPool",
+    "limits",
     "models",
     "sampling",
     "SamplingParams",

@@ -139,7 +139,7 @@ def check_token_ids(name: str, tokens: Any, n_vocab: int | None = None) -> list[
             raise TypeError(f"{name}[{index}] must be an int token id, got {_type_name(token)}") from None
         if value < 0 or (n_vocab is not None and value >= n_vocab):
             bound = f"[0, {n_vocab})" if n_vocab is not None else ">= 0"
-            raise ValueError(f"{name}[{index}] = {value} is not a token id: expected {bound}")
+            raise ValueError(f"{name}[{index}]: token id {value} is out of range {bound}")
         out.append(value)
     return out
 
