@@ -122,7 +122,7 @@ class Session:
         Raises:
             ValueError: ``n < 0`` or ``n > n_past``.
         """
-        self._core.truncate(limits.check_int("n", n, 0, self.n_past))
+        self._core.truncate(limits.check_int("n", n))  # the core checks n <= n_past
 
     def snapshot(self) -> SessionSnapshot:
         """Copy the whole state (KV cache, tokens, logits) into an immutable snapshot."""
@@ -307,7 +307,7 @@ class Engine:
             ValueError: ``max_context`` outside ``1..context_length``.
         """
         if max_context is not None:
-            max_context = limits.check_int("max_context", max_context, 1, int(self.config["context_length"]))
+            max_context = limits.check_int("max_context", max_context, 1)  # the core checks the training context
         return Session(self._core.session(max_context), self)
 
     def decode_group(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:

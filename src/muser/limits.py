@@ -249,7 +249,7 @@ def check_int(name: str, value: Any, low: int = 0, high: int = 2**31 - 1) -> int
     except TypeError:
         raise TypeError(f"{name} must be an int, got {_type_name(value)}") from None
     if not low <= number <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}], got {number}")
+        raise ValueError(f"{name} must be {low}..{high}, got {number}")
     return number
 
 
