@@ -86,7 +86,15 @@ nb::dict engine_config(const Engine& engine) {
   const char* names[] = {"bos", "eos", "eot", "eom", "unknown", "separator", "padding"};
   for (const char* name : names) {
     std::string key = std::string("tokenizer.ggml.") + name + "_token_id";
-    if (file.has(key)) special[name] = file.get_uint(key);
+    // Signed: optional ids the loader tolerates (llama.cpp only warns) may
+    // be negative or past the vocabulary; config reports them as written.
+    const GgufValue* v = file.find(key);
+    if (v == nullptr) continue;
+    if (v->type == GgufType::I8 || v->type == GgufType::I16 || v->type == GgufType::I32 || v->type == GgufType::I64) {
+      special[name] = v->as_int;
+    } else if (gguf_type_is_integer(v->type)) {
+      special[name] = v->as_uint;
+    }
   }
   c["special_tokens"] = special;
   c["add_bos_token"] = file.get_bool("tokenizer.ggml.add_bos_token", false);

@@ -8,6 +8,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "bindings/bindings.h"
@@ -23,9 +24,17 @@ namespace nb = nanobind;
 namespace muser::bindings {
 namespace {
 
+// Timeouts at or above this (about 31 years) wait without limit: int64
+// nanoseconds overflow near 292 years, and converting an out-of-range double
+// to an integer is undefined behaviour (it made `inf` time out at once).
+constexpr double kUnboundedTimeoutSeconds = 1e9;
+
 std::optional<std::chrono::nanoseconds> to_timeout(std::optional<double> seconds) {
   if (!seconds) return std::nullopt;
-  if (*seconds < 0) throw InvalidArgument("[slot_pool] timeout must be >= 0 seconds or None");
+  if (std::isnan(*seconds) || *seconds < 0) {
+    throw InvalidArgument("[slot_pool] timeout must be >= 0 seconds or None, got " + std::to_string(*seconds));
+  }
+  if (*seconds >= kUnboundedTimeoutSeconds) return std::nullopt;
   return std::chrono::nanoseconds(static_cast<int64_t>(*seconds * 1e9));
 }
 
@@ -96,7 +105,12 @@ void init_serve(nb::module_& m) {
           "__init__",
           [](SlotPool* self, std::shared_ptr<Engine> engine, size_t slots, size_t max_waiting, size_t max_context,
              double window_us) {
-            if (window_us < 0) throw InvalidArgument("[slot_pool] batch_window_us must be >= 0");
+            // Also refuses NaN; a window past a second is a mistake, and
+            // casting a huge double to int64 microseconds would be undefined.
+            if (!(window_us >= 0 && window_us <= 1e6)) {
+              throw InvalidArgument("[slot_pool] batch_window_us must be in [0, 1e6] microseconds, got " +
+                                    std::to_string(window_us));
+            }
             nb::gil_scoped_release release;
             new (self) SlotPool(std::move(engine), slots, max_waiting, max_context,
                                 std::chrono::microseconds(static_cast<int64_t>(window_us)));

@@ -21,6 +21,7 @@ from muser.errors import (
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
 from muser.engine import BackendInfo, Engine, Session, SessionSnapshot, backends
 from muser.pool import CancelToken, Lease, Slot, SlotPool
+from muser import limits
 from muser import models
 from muser import sampling
 from muser.sampling.params import SamplingParams
@@ -41,6 +42,7 @@ __all__ = [
     "Slot",
     "SlotPool",
     "embeddings",
+    "limits",
     "models",
     "openai",
     "sampling",
