@@ -1,13 +1,18 @@
-// This build has no Metal and no CUDA backend yet (the interface they will
-// implement is backend/backend.h). Until they exist, asking for one fails
-// with a clear message instead of silently falling back to the CPU.
+// This build has no Metal backend; the CUDA backend is there when a toolkit
+// was found at build time (cuda_availability says whether it can run here).
+// Asking for a backend that cannot run fails with a clear message instead of
+// silently falling back to the CPU.
 #include "backend/accelerators.h"
 
 #include "core/error.h"
 
 namespace muser {
 
-std::vector<std::string> available_backends() { return {"cpu", "null"}; }
+std::vector<std::string> available_backends() {
+  std::vector<std::string> names{"cpu", "null"};
+  if (cuda_availability().usable) names.insert(names.begin(), "cuda");
+  return names;
+}
 
 void throw_backend_unavailable(const std::string& name) {
   if (name == "metal") {
@@ -16,9 +21,8 @@ void throw_backend_unavailable(const std::string& name) {
         "platforms and is not part of this version; use backend='cpu' or 'auto'");
   }
   if (name == "cuda") {
-    throw InvalidArgument(
-        "[engine] backend 'cuda' is not available in this build: no CUDA toolkit was used to build muser; "
-        "use backend='cpu' or 'auto'");
+    throw InvalidArgument("[engine] backend 'cuda' is not available: " + cuda_availability().reason +
+                          "; use backend='cpu' or 'auto'");
   }
   throw InvalidArgument("[engine] backend: expected 'auto', 'cpu', 'null', 'metal' or 'cuda', got '" + name + "'");
 }

@@ -8,6 +8,7 @@
 
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 #include <nanobind/stl/optional.h>
@@ -99,6 +100,14 @@ nb::dict engine_config(const Engine& engine) {
 
 void init_engine(nb::module_& m) {
   m.def("available_backends", &available_backends, "Backend names this build can run (besides 'auto').");
+  m.def(
+      "cuda_availability",
+      [] {
+        const BackendAvailability a = cuda_availability();
+        return std::make_pair(a.usable, a.reason);
+      },
+      "(usable, reason): whether the CUDA backend can run here; reason says why not ('compiled without "
+      "CUDA', 'no CUDA device') or names the device.");
   nb::class_<SessionSnapshot>(m, "SessionSnapshot",
                               "A frozen copy of a session (KV, tokens, logits). Immutable; restore it "
                               "into any session of the same engine and max_context, any number of times.")

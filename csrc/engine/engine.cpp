@@ -10,7 +10,8 @@ namespace muser {
 
 std::shared_ptr<Engine> Engine::open(const std::string& path, const EngineOptions& options) {
   const std::string& kind = options.backend;
-  if (kind != "auto" && kind != "cpu" && kind != "null") throw_backend_unavailable(kind);
+  if (kind != "auto" && kind != "cpu" && kind != "null" && kind != "cuda") throw_backend_unavailable(kind);
+  if (kind == "cuda" && !cuda_availability().usable) throw_backend_unavailable(kind);
   if (options.threads < 0) {
     throw InvalidArgument("[engine] threads: expected a positive count (or None), got " +
                           std::to_string(options.threads));
@@ -22,8 +23,10 @@ std::shared_ptr<Engine> Engine::open(const std::string& path, const EngineOption
   engine->pool_ = std::make_shared<ThreadPool>(threads);
   if (kind == "null") {
     engine->backend_ = std::make_unique<NullBackend>(engine->hparams().n_vocab, options.null_step_seconds);
+  } else if (kind == "cuda" || (kind == "auto" && cuda_availability().usable)) {
+    // "auto" takes the GPU when there is one: the whole point of an accelerator.
+    engine->backend_ = make_cuda_backend(engine->model_);
   } else {
-    // "auto" is the CPU until an accelerator backend is built in.
     engine->backend_ = std::make_unique<CpuBackend>(engine->model_, engine->pool_);
   }
   return engine;

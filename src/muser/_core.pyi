@@ -44,6 +44,11 @@ class GgufFile:
 def available_backends() -> list[str]:
     """Backend names this build can run (besides 'auto')."""
 
+def cuda_availability() -> tuple[bool, str]:
+    """
+    (usable, reason): whether the CUDA backend can run here; reason says why not ('compiled without CUDA', 'no CUDA device') or names the device.
+    """
+
 class SessionSnapshot:
     """
     A frozen copy of a session (KV, tokens, logits). Immutable; restore it into any session of the same engine and max_context, any number of times.

@@ -1,0 +1,43 @@
+// Stands in for csrc/backend/cuda/ in builds without a CUDA toolkit (CMake
+// compiles exactly one of the two): the CUDA backend reports itself
+// unavailable with the reason, and its test entry points say why they cannot run.
+#include <string>
+
+#include "backend/accelerators.h"
+#include "backend/backend.h"
+#include "backend/cuda_testing.h"
+#include "core/error.h"
+
+namespace muser {
+
+namespace {
+constexpr const char* kReason = "compiled without CUDA";
+
+[[noreturn]] void unavailable(const char* what) {
+  throw InvalidArgument(std::string("[cuda] ") + what + ": " + kReason +
+                        " (rebuild with a CUDA toolkit installed; MUSER_CUDA=ON)");
+}
+}  // namespace
+
+BackendAvailability cuda_availability() { return BackendAvailability{false, kReason}; }
+
+std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Model>) { unavailable("backend"); }
+
+namespace cuda_testing {
+
+std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("matvec"); }
+QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }
+std::vector<float> get_rows(DType, const uint8_t*, size_t, size_t, const std::vector<int32_t>&) {
+  unavailable("get_rows");
+}
+std::vector<float> rms_norm(const float*, const float*, size_t, size_t, float) { unavailable("rms_norm"); }
+std::vector<float> glu(int, const float*, const float*, size_t) { unavailable("glu"); }
+std::vector<float> softcap(const float*, size_t, float) { unavailable("softcap"); }
+std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, const std::vector<int32_t>&, double,
+                        double, const std::vector<float>&) {
+  unavailable("rope");
+}
+std::vector<float> attention(const AttentionCase&) { unavailable("attention"); }
+
+}  // namespace cuda_testing
+}  // namespace muser
