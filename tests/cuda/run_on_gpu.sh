@@ -34,11 +34,9 @@ export PYTHONPATH="$root/src:$root${PYTHONPATH:+:$PYTHONPATH}"
 export MUSER_CUDA_TESTS=1 MUSER_CUDA_REPORT="$out/report.jsonl"
 rm -f "$MUSER_CUDA_REPORT"
 status=0
-"$py" -m pytest tests/cuda -q -p no:cacheprovider --junitxml="$out/cuda.xml" -x --maxfail=20 2>&1 |
-  tail -60 || status=1
-"$py" -m pytest -q -p no:cacheprovider --junitxml="$out/suites.xml" \
+"$py" -m pytest tests/cuda -q -rf -p no:cacheprovider --junitxml="$out/cuda.xml" --maxfail=30 || status=1
+"$py" -m pytest -q -p no:cacheprovider --maxfail=30 --junitxml="$out/suites.xml" \
   tests/property/test_exactness.py tests/integration/test_session_exactness.py \
-  tests/integration/test_session_failures.py tests/integration/test_tiny_model_logits.py 2>&1 |
-  tail -40 || status=1
+  tests/integration/test_session_failures.py tests/integration/test_tiny_model_logits.py -rf || status=1
 "$py" tests/cuda/print_table.py "$out/cuda.xml" "$out/suites.xml" "$MUSER_CUDA_REPORT" || status=1
 exit $status
