@@ -1,29 +1,21 @@
 // Stands in for csrc/backend/cuda/ in builds without a CUDA toolkit (CMake
-// compiles exactly one of the two): the CUDA backend reports itself
-// unavailable with the reason, and its test entry points say why they cannot run.
+// compiles exactly one of the two): the backend registry already reports
+// "compiled without CUDA" for the name; here the CUDA test entry points say
+// why they cannot run, so bindings and stubs are the same in every build.
 #include <string>
 
-#include "backend/accelerators.h"
-#include "backend/backend.h"
 #include "backend/cuda_testing.h"
 #include "core/error.h"
 
-namespace muser {
-
+namespace muser::cuda_testing {
 namespace {
-constexpr const char* kReason = "compiled without CUDA";
 
 [[noreturn]] void unavailable(const char* what) {
-  throw InvalidArgument(std::string("[cuda] ") + what + ": " + kReason +
-                        " (rebuild with a CUDA toolkit installed; MUSER_CUDA=ON)");
+  throw InvalidArgument(std::string("[cuda testing] ") + what +
+                        ": compiled without CUDA (rebuild with a CUDA toolkit installed; MUSER_CUDA=ON)");
 }
+
 }  // namespace
-
-BackendAvailability cuda_availability() { return BackendAvailability{false, kReason}; }
-
-std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Model>) { unavailable("backend"); }
-
-namespace cuda_testing {
 
 std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("matvec"); }
 QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }
@@ -39,5 +31,4 @@ std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, cons
 }
 std::vector<float> attention(const AttentionCase&) { unavailable("attention"); }
 
-}  // namespace cuda_testing
-}  // namespace muser
+}  // namespace muser::cuda_testing

@@ -13,7 +13,7 @@ from muser import _core
 
 @pytest.fixture(autouse=True, scope="session")
 def cuda_device() -> str:
-    usable, reason = _core.cuda_availability()
+    usable, reason = {name: (ok, why) for name, ok, why in _core.backends()}["cuda"]
     if not usable:
         pytest.fail(f"tests/cuda need a usable CUDA device, but: {reason}", pytrace=False)
     return reason

@@ -8,7 +8,7 @@ import muser
 from muser import _core
 from tests.fixtures.tiny_models import write_tiny_model
 
-CUDA_USABLE, CUDA_REASON = _core.cuda_availability()
+CUDA_USABLE, CUDA_REASON = {name: (ok, why) for name, ok, why in _core.backends()}["cuda"]
 
 
 def test_this_build_lists_the_backends_it_can_run():
@@ -42,5 +42,5 @@ def test_auto_picks_cuda_exactly_when_it_is_usable(tmp_path):
 
 
 def test_an_unknown_backend_name_lists_the_known_ones(tmp_path):
-    with pytest.raises(ValueError, match="'auto', 'cpu', 'null', 'metal' or 'cuda'"):
+    with pytest.raises(ValueError, match="expected one of 'auto'.*'cuda'"):
         muser.Engine(write_tiny_model(tmp_path / "m.gguf"), backend="tpu")

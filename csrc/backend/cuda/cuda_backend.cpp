@@ -5,99 +5,85 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
+#include <string>
 
-#include "backend/accelerators.h"
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_error.h"
-#include "backend/cuda/cuda_kv_state.h"
-#include "backend/segment_checks.h"
+#include "backend/cuda/cuda_kv_storage.h"
+#include "backend/registry.h"
 #include "core/error.h"
+#include "core/limits.h"
 #include "tensor/half_float.h"
 
 namespace muser {
+namespace {
 
-std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Model> model) {
-  const BackendAvailability a = cuda_availability();
-  if (!a.usable) throw InvalidArgument("[engine] backend 'cuda' is not available: " + a.reason);
-  return std::make_unique<cuda::CudaBackend>(std::move(model));
-}
+// Above the CPU (10): "auto" takes the GPU when one is usable.
+const BackendRegistration registration(
+    "cuda", 20, [] { return cuda::probe_device(); },
+    [](const BackendContext&) -> std::unique_ptr<Backend> { return std::make_unique<cuda::CudaBackend>(); });
+
+}  // namespace
 
 namespace cuda {
 namespace {
 
 size_t align256(size_t n) { return (n + 255) & ~static_cast<size_t>(255); }
-
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-// A norm weight or bias as float32 (ModelWeights checked type and shape).
-std::vector<float> to_floats(const TensorInfo* t) {
-  std::vector<float> out;
-  if (t == nullptr) return out;
-  const size_t n = static_cast<size_t>(t->n_elements());
-  out.resize(n);
+// Decode-group shape classes (1..4 rows) are captured as CUDA graphs; longer
+// steps run eagerly (their launch overhead is small beside their work).
+constexpr size_t kMaxCapturedRows = 4;
+// Compiled graphs kept at most (prefill remainders make many shape classes).
+constexpr size_t kMaxCompiled = 256;
+
+// The staging layout, for kMaxStepRows rows: per row token, position, ring
+// rows, write flag, KV table pointer; per output row its step row.
+struct Staging {
+  static size_t bytes() { return kMaxStepRows * (5 * sizeof(int32_t) + sizeof(void*)); }
+  const uint16_t* const** tables;
+  int32_t *tokens, *positions, *ring_rows, *writes, *output_rows;
+  static Staging at(void* base) {
+    Staging s;
+    uint8_t* p = static_cast<uint8_t*>(base);
+    s.tables = reinterpret_cast<const uint16_t* const**>(p);
+    int32_t* ints = reinterpret_cast<int32_t*>(p + kMaxStepRows * sizeof(void*));
+    s.tokens = ints;
+    s.positions = ints + kMaxStepRows;
+    s.ring_rows = ints + 2 * kMaxStepRows;
+    s.writes = ints + 3 * kMaxStepRows;
+    s.output_rows = ints + 4 * kMaxStepRows;
+    return s;
+  }
+};
+
+std::vector<float> widen_vector(const WeightDesc& w) {
+  const size_t n = static_cast<size_t>(w.ne[0] * w.ne[1]);
+  std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
     uint16_t h;
-    switch (t->type) {
-      case DType::F32: std::memcpy(&out[i], t->data + 4 * i, 4); break;
-      case DType::F16: std::memcpy(&h, t->data + 2 * i, 2); out[i] = fp16_to_fp32(h); break;
-      case DType::BF16: std::memcpy(&h, t->data + 2 * i, 2); out[i] = bf16_to_fp32(h); break;
-      default: throw InternalError("[cuda backend] tensor '" + std::string(t->name) + "' is not a float vector");
+    switch (w.type) {
+      case DType::F32: std::memcpy(&out[i], w.data + 4 * i, 4); break;
+      case DType::F16: std::memcpy(&h, w.data + 2 * i, 2); out[i] = fp16_to_fp32(h); break;
+      case DType::BF16: std::memcpy(&h, w.data + 2 * i, 2); out[i] = bf16_to_fp32(h); break;
+      default:
+        throw ModelFormatError("[cuda backend] vector weight '" + w.name + "' has type " + dtype_info(w.type).name +
+                               ": expected F32, F16 or BF16");
     }
   }
   return out;
 }
 
-KvGeometry geometry_of(const Model& model) {
-  const HParams& hp = model.hparams;
-  KvGeometry g;
-  g.n_layer = hp.n_layer;
-  g.k_width = hp.k_width();
-  g.v_width = hp.v_width();
-  g.window = hp.has_sliding_layers() ? hp.sliding_window : 0;
-  g.ring.resize(hp.n_layer);
-  for (uint32_t il = 0; il < hp.n_layer; ++il) g.ring[il] = hp.layers[il].sliding;
-  g.model_name = hp.arch_name;
-  return g;
-}
-
 }  // namespace
 
-// Per-row inputs, one array of `capacity` entries each, in this order in
-// both the pinned staging buffer and its device copy.
-struct CudaBackend::RowInputs {
-  static size_t bytes(size_t capacity) { return capacity * (sizeof(void*) + 5 * sizeof(int32_t)); }
-  struct View {
-    const uint16_t* const** tables;
-    int32_t *tokens, *positions, *ring_rows, *writes, *logit_rows;
-  };
-  static View at(void* base, size_t capacity) {
-    View v;
-    uint8_t* p = static_cast<uint8_t*>(base);
-    v.tables = reinterpret_cast<const uint16_t* const**>(p);
-    int32_t* ints = reinterpret_cast<int32_t*>(p + capacity * sizeof(void*));
-    v.tokens = ints;
-    v.positions = ints + capacity;
-    v.ring_rows = ints + 2 * capacity;
-    v.writes = ints + 3 * capacity;
-    v.logit_rows = ints + 4 * capacity;
-    return v;
-  }
-};
-
-CudaBackend::CudaBackend(std::shared_ptr<const Model> model) : model_(std::move(model)) {
-  if (!model_) throw InternalError("[cuda backend] needs a model");
-  const HParams& hp = model_->hparams;
-  if (hp.head_dim_k > 256 || hp.head_dim_v > 256 || hp.head_dim_k % 2 != 0) {
-    throw ModelFormatError("[cuda backend] head dimensions " + std::to_string(hp.head_dim_k) + "/" +
-                           std::to_string(hp.head_dim_v) + ": expected even and at most 256");
-  }
+CudaBackend::CudaBackend() {
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = stream;
   try {
-    upload_weights();
-    ensure_workspace(4, 4);
+    staging_host_ = PinnedBuffer(Staging::bytes(), "step inputs");
+    staging_dev_ = DeviceBuffer(Staging::bytes(), "step inputs");
   } catch (...) {
     cudaStreamDestroy(stream);
     throw;
@@ -105,365 +91,328 @@ CudaBackend::CudaBackend(std::shared_ptr<const Model> model) : model_(std::move(
 }
 
 CudaBackend::~CudaBackend() {
-  drop_graphs();
+  drop_captures();
   if (stream_ != nullptr) {
     cudaStreamSynchronize(as_stream(stream_));
     cudaStreamDestroy(as_stream(stream_));
   }
 }
 
-void CudaBackend::drop_graphs() noexcept {
-  for (void*& g : graphs_) {
-    if (g != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
-    g = nullptr;
+void CudaBackend::drop_captures() noexcept {
+  for (auto& [id, c] : compiled_) {
+    if (c.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(c.exec));
+    c.exec = nullptr;
   }
 }
 
-void CudaBackend::upload_weights() {
-  const HParams& hp = model_->hparams;
-  const ModelWeights& w = model_->weights;
-  // Layout pass: every distinct matrix once (a tied output shares the
-  // embedding's bytes), then the float vectors, each 256-byte aligned.
-  std::map<const TensorInfo*, size_t> matrix_offset;
-  std::vector<std::pair<size_t, std::vector<float>>> vectors;
+void CudaBackend::load_weights(const WeightTable& table) {
+  table_ = &table;
+  // Layout pass, then one allocation and one copy per weight.
+  std::vector<size_t> offset(table.size());
+  std::vector<std::vector<float>> widened(table.size());
   size_t total = 0;
-  auto place_matrix = [&](const TensorInfo* t) {
-    if (t == nullptr || matrix_offset.count(t) != 0) return;
-    if (t->ne[0] % 32 != 0) {
-      throw ModelFormatError("[cuda backend] tensor '" + std::string(t->name) + "' has rows of " +
-                             std::to_string(t->ne[0]) + " elements: expected a multiple of 32");
-    }
-    matrix_offset[t] = total;
-    total += align256(t->n_bytes);
-  };
-  place_matrix(w.token_embd);
-  place_matrix(w.output);
-  for (const LayerWeights& lw : w.layers) {
-    for (const TensorInfo* t : {lw.attn_q, lw.attn_k, lw.attn_v, lw.attn_output, lw.ffn_gate, lw.ffn_up, lw.ffn_down}) {
-      place_matrix(t);
-    }
-  }
-  std::vector<size_t> vector_offsets;
-  auto place_vector = [&](const TensorInfo* t) -> size_t {
-    if (t == nullptr) return SIZE_MAX;
-    vectors.emplace_back(total, to_floats(t));
-    total += align256(vectors.back().second.size() * sizeof(float));
-    return vectors.size() - 1;
-  };
-  struct LayerVectorIds {
-    size_t attn_norm, ffn_norm, post_attn_norm, post_ffn_norm, q_norm, k_norm, q_bias, k_bias, v_bias;
-  };
-  std::vector<LayerVectorIds> ids(hp.n_layer);
-  for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    const LayerWeights& lw = w.layers[il];
-    ids[il] = {place_vector(lw.attn_norm), place_vector(lw.ffn_norm), place_vector(lw.post_attn_norm),
-               place_vector(lw.post_ffn_norm), place_vector(lw.attn_q_norm), place_vector(lw.attn_k_norm),
-               place_vector(lw.attn_q_bias), place_vector(lw.attn_k_bias), place_vector(lw.attn_v_bias)};
-  }
-  const size_t output_norm_id = place_vector(w.output_norm);
-
-  weights_ = DeviceBuffer(total, "weights of model '" + hp.arch_name + "' (" + model_->file->path() + ")");
-  uint8_t* base = weights_.as<uint8_t>();
-  for (const auto& [t, offset] : matrix_offset) {
-    check_cuda(cudaMemcpy(base + offset, t->data, t->n_bytes, cudaMemcpyHostToDevice), "upload weights");
-  }
-  for (const auto& [offset, values] : vectors) {
-    check_cuda(cudaMemcpy(base + offset, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
-               "upload weights");
-  }
-  auto matrix = [&](const TensorInfo* t) {
-    Matrix m;
-    m.type = t->type;
-    m.data = base + matrix_offset.at(t);
-    m.k = t->ne[0];
-    m.n_out = t->ne[1];
-    return m;
-  };
-  auto vec = [&](size_t id) -> const float* {
-    return id == SIZE_MAX ? nullptr : reinterpret_cast<const float*>(base + vectors[id].first);
-  };
-  token_embd_ = matrix(w.token_embd);
-  output_ = matrix(w.output);
-  output_norm_ = vec(output_norm_id);
-
-  // RoPE frequency tables: one per distinct (base, scale), as the CPU builds them.
-  const std::vector<float> divisors = to_floats(w.rope_freqs);
-  std::vector<std::pair<double, double>> kinds;
-  std::vector<double> freqs;
-  const size_t n_pairs = hp.n_rot / 2;
-  layers_.resize(hp.n_layer);
-  for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    const LayerWeights& lw = w.layers[il];
-    LayerDevice& ld = layers_[il];
-    ld.q = matrix(lw.attn_q);
-    ld.k = matrix(lw.attn_k);
-    ld.v = matrix(lw.attn_v);
-    ld.o = matrix(lw.attn_output);
-    ld.gate = matrix(lw.ffn_gate);
-    ld.up = matrix(lw.ffn_up);
-    ld.down = matrix(lw.ffn_down);
-    ld.attn_norm = vec(ids[il].attn_norm);
-    ld.ffn_norm = vec(ids[il].ffn_norm);
-    ld.post_attn_norm = vec(ids[il].post_attn_norm);
-    ld.post_ffn_norm = vec(ids[il].post_ffn_norm);
-    ld.q_norm = vec(ids[il].q_norm);
-    ld.k_norm = vec(ids[il].k_norm);
-    ld.q_bias = vec(ids[il].q_bias);
-    ld.k_bias = vec(ids[il].k_bias);
-    ld.v_bias = vec(ids[il].v_bias);
-    const LayerAttention& la = hp.layers[il];
-    const std::pair<double, double> key{la.rope_base, la.rope_freq_scale};
-    auto found = std::find(kinds.begin(), kinds.end(), key);
-    if (found == kinds.end()) {
-      kinds.push_back(key);
-      for (size_t i = 0; i < n_pairs; ++i) {
-        double f = std::pow(la.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(hp.n_rot));
-        if (!divisors.empty()) f /= static_cast<double>(divisors[i]);
-        freqs.push_back(f);
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    const WeightDesc& w = table[i];
+    offset[i] = total;
+    if (w.n_dims == 1) {
+      widened[i] = widen_vector(w);
+      total += align256(widened[i].size() * sizeof(float));
+    } else {
+      if (w.ne[0] % 32 != 0 || w.ne[0] % dtype_info(w.type).block_elems != 0) {
+        throw ModelFormatError("[cuda backend] tensor '" + w.name + "' has rows of " + std::to_string(w.ne[0]) +
+                               " elements: expected a multiple of 32 and of its block size");
       }
-      found = kinds.end() - 1;
+      total += align256(w.n_bytes);
     }
-    ld.rope_kind = static_cast<size_t>(found - kinds.begin());
-    ld.rope_scale = la.rope_freq_scale;
   }
-  n_rope_kinds_ = kinds.size();
-  rope_freqs_ = DeviceBuffer(std::max<size_t>(freqs.size(), 1) * sizeof(double), "RoPE frequencies");
-  if (!freqs.empty()) {
-    check_cuda(cudaMemcpy(rope_freqs_.get(), freqs.data(), freqs.size() * sizeof(double), cudaMemcpyHostToDevice),
-               "upload RoPE frequencies");
+  weights_ = DeviceBuffer(total, "the model's weights (" + std::to_string(table.size()) + " tensors)");
+  weight_.resize(table.size());
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    const WeightDesc& w = table[i];
+    uint8_t* dst = weights_.as<uint8_t>() + offset[i];
+    DeviceWeight& d = weight_[i];
+    d.type = w.n_dims == 1 ? DType::F32 : w.type;
+    d.data = dst;
+    d.ne0 = w.ne[0];
+    d.ne1 = w.ne[1];
+    d.vector = w.n_dims == 1;
+    if (d.vector) {
+      check_cuda(cudaMemcpy(dst, widened[i].data(), widened[i].size() * sizeof(float), cudaMemcpyHostToDevice),
+                 "upload weights");
+    } else {
+      check_cuda(cudaMemcpy(dst, w.data, w.n_bytes, cudaMemcpyHostToDevice), "upload weights");
+    }
   }
 }
 
-void CudaBackend::ensure_workspace(size_t n_rows, size_t n_logits) {
-  if (n_rows <= rows_capacity_ && n_logits <= logits_capacity_) return;
-  // Captured graphs hold the old buffers' addresses.
-  drop_graphs();
-  const HParams& hp = model_->hparams;
-  const size_t rows = std::max(n_rows, rows_capacity_);
-  const size_t logits = std::max(n_logits, logits_capacity_);
-  const std::string what = "workspace of model '" + hp.arch_name + "' for " + std::to_string(rows) + " rows";
-  auto floats = [&](size_t per_row) { return DeviceBuffer(rows * per_row * sizeof(float), what); };
-  ws_x_ = floats(hp.n_embd);
-  ws_xn_ = floats(hp.n_embd);
-  ws_proj_ = floats(hp.n_embd);
-  ws_q_ = floats(hp.q_width());
-  ws_k_ = floats(hp.k_width());
-  ws_v_ = floats(hp.v_width());
-  ws_attn_ = floats(hp.attn_out_width());
-  ws_gate_ = floats(hp.n_ff);
-  ws_up_ = floats(hp.n_ff);
-  ws_out_rows_ = DeviceBuffer(logits * hp.n_embd * sizeof(float), what);
-  ws_logits_ = DeviceBuffer(logits * hp.n_vocab * sizeof(float), what);
-  logits_host_ = PinnedBuffer(logits * hp.n_vocab * sizeof(float), what);
-  const size_t widest = std::max<size_t>({hp.n_embd, hp.attn_out_width(), hp.n_ff});
+std::unique_ptr<KvStorage> CudaBackend::new_kv_storage(const KvLayout& layout) const {
+  return std::make_unique<CudaKvStorage>(layout);
+}
+
+const double* CudaBackend::rope_table(const OpParams& p, TensorId divisors, const StepGraph& graph) {
+  const uint32_t divisor_weight = divisors == kNoTensor ? ~uint32_t{0} : graph.tensor(divisors).weight;
+  const auto key = std::make_tuple(p.rope_base, p.n_rot, divisor_weight);
+  auto found = rope_tables_.find(key);
+  if (found == rope_tables_.end()) {
+    // The CPU's table, in double: base^(-2i/n_rot) [/ divisor_i].
+    std::vector<double> inv(p.n_rot / 2);
+    std::vector<float> div;
+    if (divisors != kNoTensor) div = widen_vector((*table_)[divisor_weight]);
+    for (size_t i = 0; i < inv.size(); ++i) {
+      inv[i] = std::pow(p.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(p.n_rot));
+      if (!div.empty()) inv[i] /= static_cast<double>(div[i]);
+    }
+    DeviceBuffer buf(std::max<size_t>(inv.size(), 1) * sizeof(double), "RoPE frequencies");
+    if (!inv.empty()) {
+      check_cuda(cudaMemcpy(buf.get(), inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice),
+                 "RoPE frequencies");
+    }
+    found = rope_tables_.emplace(key, std::move(buf)).first;
+  }
+  return found->second.as<double>();
+}
+
+CudaBackend::Compiled& CudaBackend::compile(const StepGraph& graph) {
+  auto found = compiled_.find(graph.id);
+  if (found != compiled_.end()) return found->second;
+  if (compiled_.size() >= kMaxCompiled) {
+    drop_captures();
+    compiled_.clear();
+  }
+  Compiled c;
+  c.offset.assign(graph.tensors.size(), 0);
+  for (TensorId t = 0; t < graph.tensors.size(); ++t) {
+    const TensorDesc& d = graph.tensors[t];
+    if (d.kind != TensorKind::Activation) continue;
+    c.offset[t] = c.arena_floats;
+    c.arena_floats += align256(d.rows * d.cols * sizeof(float)) / sizeof(float);
+  }
+  c.rope_freqs.assign(graph.ops.size(), nullptr);
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Op& op = graph.ops[i];
+    if (op.kind == OpKind::MatMul) {
+      const DeviceWeight& w = weight_[graph.tensor(op.src[0]).weight];
+      const ActivationFormat f = activation_format(w.type);
+      const size_t rows = graph.tensor(op.src[1]).rows;
+      size_t& need = c.act_bytes[static_cast<uint32_t>(f)];
+      need = std::max(need, activation_bytes(f, rows, w.ne0));
+    } else if (op.kind == OpKind::Rope) {
+      c.rope_freqs[i] = rope_table(op.p, op.src[2], graph);
+    }
+  }
+  return compiled_.emplace(graph.id, std::move(c)).first->second;
+}
+
+void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
+  // Captured graphs hold the addresses of these buffers: growing any of them
+  // drops every capture (they are re-captured on their next step).
+  if (arena_.bytes() < c.arena_floats * sizeof(float)) {
+    drop_captures();
+    arena_ = DeviceBuffer(0, "");
+    arena_ = DeviceBuffer(c.arena_floats * sizeof(float), "activations of a step");
+  }
   for (uint32_t f = 0; f < 4; ++f) {
-    ws_act_[f] = DeviceBuffer(activation_bytes(static_cast<ActivationFormat>(f), rows, widest), what);
-  }
-  meta_dev_ = DeviceBuffer(RowInputs::bytes(rows), what);
-  meta_host_ = PinnedBuffer(RowInputs::bytes(rows), what);
-  rows_capacity_ = rows;
-  logits_capacity_ = logits;
-}
-
-const ActivationView& CudaBackend::activations(const Matrix& m, const float* x, size_t n_rows) {
-  const ActivationFormat format = activation_format(m.type);
-  ActMemo& memo = act_memo_[static_cast<uint32_t>(format)];
-  if (memo.source != x || memo.n_rows != n_rows || memo.k != m.k) {
-    memo.view = quantize_activations(format, x, n_rows, m.k, ws_act_[static_cast<uint32_t>(format)].get(), stream_);
-    memo.source = x;
-    memo.n_rows = n_rows;
-    memo.k = m.k;
-  }
-  return memo.view;
-}
-
-void CudaBackend::run_matrix(const Matrix& m, const float* x, size_t n_rows, float* y) {
-  matvec(m.type, m.data, m.n_out, activations(m, x, n_rows), n_rows, y, m.n_out, stream_);
-}
-
-void CudaBackend::sync() { check_cuda(cudaStreamSynchronize(as_stream(stream_)), "forward"); }
-
-void CudaBackend::enqueue_forward(size_t n_rows, size_t n_logits, int64_t fail_after_layer) {
-  const HParams& hp = model_->hparams;
-  const auto meta = RowInputs::at(meta_dev_.get(), rows_capacity_);
-  KvRows kv;
-  kv.tables = meta.tables;
-  kv.positions = meta.positions;
-  kv.ring_rows = meta.ring_rows;
-  kv.writes = meta.writes;
-  float* x = ws_x_.as<float>();
-  float* xn = ws_xn_.as<float>();
-  float* proj = ws_proj_.as<float>();
-  float* q = ws_q_.as<float>();
-  float* k = ws_k_.as<float>();
-  float* v = ws_v_.as<float>();
-  float* attn = ws_attn_.as<float>();
-  float* gate = ws_gate_.as<float>();
-  float* up = ws_up_.as<float>();
-  const size_t n_embd = hp.n_embd;
-  const size_t n_pairs = hp.n_rot / 2;
-  const bool neox = hp.rope_style == RopeStyle::Neox;
-  auto forget_activations = [&] {
-    for (ActMemo& m : act_memo_) m.source = nullptr;
-  };
-
-  get_rows(token_embd_.type, token_embd_.data, n_embd, meta.tokens, n_rows, x, stream_);
-  if (hp.embd_scale != 1.0f) scale(x, n_rows * n_embd, hp.embd_scale, stream_);
-
-  for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    const LayerDevice& L = layers_[il];
-    const LayerAttention& la = hp.layers[il];
-    // --- attention block
-    rms_norm(x, L.attn_norm, n_rows, n_embd, hp.rms_eps, xn, stream_);
-    forget_activations();
-    run_matrix(L.q, xn, n_rows, q);
-    run_matrix(L.k, xn, n_rows, k);
-    run_matrix(L.v, xn, n_rows, v);
-    if (hp.qkv_bias) {
-      add(q, L.q_bias, n_rows, hp.q_width(), 0, stream_);
-      add(k, L.k_bias, n_rows, hp.k_width(), 0, stream_);
-      add(v, L.v_bias, n_rows, hp.v_width(), 0, stream_);
-    }
-    if (hp.qk_norm) {
-      rms_norm(q, L.q_norm, n_rows * hp.n_head, hp.head_dim_k, hp.rms_eps, q, stream_);
-      rms_norm(k, L.k_norm, n_rows * hp.n_head_kv, hp.head_dim_k, hp.rms_eps, k, stream_);
-    }
-    const double* freqs = rope_freqs_.as<double>() + L.rope_kind * n_pairs;
-    rope(q, n_rows, hp.n_head, hp.head_dim_k, hp.n_rot, neox, meta.positions, freqs, L.rope_scale, stream_);
-    rope(k, n_rows, hp.n_head_kv, hp.head_dim_k, hp.n_rot, neox, meta.positions, freqs, L.rope_scale, stream_);
-    // Keys and values go through the f16 planes before anyone reads them, so
-    // a row attends to exactly the bits a later decode will see.
-    write_kv(kv, hp.n_layer, il, la.sliding, k, hp.k_width(), v, hp.v_width(), n_rows, stream_);
-    AttentionShape shape;
-    shape.n_layer = hp.n_layer;
-    shape.layer = il;
-    shape.ring = la.sliding;
-    shape.n_head = hp.n_head;
-    shape.n_head_kv = hp.n_head_kv;
-    shape.head_dim_k = hp.head_dim_k;
-    shape.head_dim_v = hp.head_dim_v;
-    shape.window = la.sliding ? hp.sliding_window : 0;
-    shape.scale = hp.attn_scale;
-    attention(kv, shape, q, n_rows, attn, stream_);
-    forget_activations();
-    run_matrix(L.o, attn, n_rows, proj);
-    if (hp.post_norms) rms_norm(proj, L.post_attn_norm, n_rows, n_embd, hp.rms_eps, proj, stream_);
-    add(x, proj, n_rows, n_embd, n_embd, stream_);
-    // --- feed-forward block
-    rms_norm(x, L.ffn_norm, n_rows, n_embd, hp.rms_eps, xn, stream_);
-    forget_activations();
-    run_matrix(L.gate, xn, n_rows, gate);
-    run_matrix(L.up, xn, n_rows, up);
-    glu(hp.ffn_activation == FfnActivation::Silu ? Glu::Silu : Glu::GeluTanh, gate, up, n_rows * hp.n_ff, stream_);
-    forget_activations();
-    run_matrix(L.down, gate, n_rows, proj);
-    if (hp.post_norms) rms_norm(proj, L.post_ffn_norm, n_rows, n_embd, hp.rms_eps, proj, stream_);
-    add(x, proj, n_rows, n_embd, n_embd, stream_);
-    if (static_cast<int64_t>(il) == fail_after_layer) {
-      sync();  // the layers so far really wrote their KV
-      throw InternalError("[cuda backend] injected fault after layer " + std::to_string(il) + " (test hook)");
+    if (act_scratch_[f].bytes() < c.act_bytes[f]) {
+      drop_captures();
+      act_scratch_[f] = DeviceBuffer(0, "");
+      act_scratch_[f] = DeviceBuffer(c.act_bytes[f], "quantized activations of a step");
     }
   }
-
-  if (n_logits > 0) {
-    float* out_rows = ws_out_rows_.as<float>();
-    gather_rows(x, n_embd, meta.logit_rows, n_logits, out_rows, stream_);
-    rms_norm(out_rows, output_norm_, n_logits, n_embd, hp.rms_eps, out_rows, stream_);
-    forget_activations();
-    run_matrix(output_, out_rows, n_logits, ws_logits_.as<float>());
-    if (hp.final_logit_softcap > 0.0f) {
-      softcap(ws_logits_.as<float>(), n_logits * hp.n_vocab, hp.final_logit_softcap, stream_);
-    }
-    check_cuda(cudaMemcpyAsync(logits_host_.get(), ws_logits_.get(), n_logits * hp.n_vocab * sizeof(float),
-                               cudaMemcpyDeviceToHost, as_stream(stream_)),
-               "copy logits");
+  if (logits_host_.bytes() < logits_floats * sizeof(float)) {
+    drop_captures();
+    logits_host_ = PinnedBuffer(logits_floats * sizeof(float), "logits of a step");
   }
 }
 
-std::unique_ptr<KvState> CudaBackend::new_kv_state(size_t max_context) const {
-  return std::make_unique<CudaKvState>(geometry_of(*model_), max_context);
+const ActivationView& CudaBackend::quantized(const Compiled& c, const StepGraph& graph, TensorId x, size_t k,
+                                             ActivationFormat format) {
+  Memo& m = memo_[static_cast<uint32_t>(format)];
+  if (m.source != x) {
+    m.view = quantize_activations(format, act(c, x), graph.tensor(x).rows, k,
+                                  act_scratch_[static_cast<uint32_t>(format)].get(), stream_);
+    m.source = x;
+  }
+  return m.view;
 }
 
-void CudaBackend::forward(const std::vector<ForwardSegment>& segments) {
-  const HParams& hp = model_->hparams;
-  check_segments(segments, hp.n_vocab, "cuda backend");
-  std::vector<CudaKvState*> states(segments.size());
-  for (size_t s = 0; s < segments.size(); ++s) {
-    states[s] = dynamic_cast<CudaKvState*>(segments[s].kv);
-    if (states[s] == nullptr) throw InternalError("[cuda backend] forward: KV state of another backend");
-  }
-  const size_t n_rows = total_rows(segments);
-  size_t n_logits = 0;
-  bool decode_group = n_rows <= 4;
-  for (const ForwardSegment& seg : segments) {
-    if (seg.logits != nullptr) ++n_logits;
-    decode_group = decode_group && seg.n_tokens == 1 && !seg.replay && seg.logits != nullptr;
-  }
-
-  // Everything that allocates happens before the first KV write.
-  ensure_workspace(n_rows, std::max<size_t>(n_logits, 1));
-  const auto meta = RowInputs::at(meta_host_.get(), rows_capacity_);
-  size_t r = 0, out = 0;
-  std::vector<size_t> logit_segments;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    const ForwardSegment& seg = segments[s];
-    for (size_t i = 0; i < seg.n_tokens; ++i, ++r) {
-      meta.tables[r] = states[s]->device_table();
-      meta.tokens[r] = seg.tokens[i];
-      meta.positions[r] = static_cast<int32_t>(seg.start + i);
-      meta.ring_rows[r] = static_cast<int32_t>(states[s]->ring_rows());
-      meta.writes[r] = seg.replay ? 0 : 1;
-    }
-    if (seg.logits != nullptr) {
-      meta.logit_rows[out++] = static_cast<int32_t>(r - 1);
-      logit_segments.push_back(s);
-    }
-  }
-  for (size_t s = 0; s < segments.size(); ++s) {
-    if (!segments[s].replay) states[s]->begin_write(segments[s].start, segments[s].n_tokens);
-  }
-
-  const int64_t fail_after_layer = faults.start_forward();
+void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::vector<bool>& ring_layer,
+                          uint32_t n_layer) {
   cudaStream_t stream = as_stream(stream_);
-  auto copy_inputs = [&] {
-    check_cuda(cudaMemcpyAsync(meta_dev_.get(), meta_host_.get(), RowInputs::bytes(rows_capacity_),
-                               cudaMemcpyHostToDevice, stream),
-               "copy row inputs");
+  check_cuda(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), Staging::bytes(), cudaMemcpyHostToDevice,
+                             stream),
+             "copy step inputs");
+  const Staging dev = Staging::at(staging_dev_.get());
+  KvRows kv;
+  kv.tables = dev.tables;
+  kv.positions = dev.positions;
+  kv.ring_rows = dev.ring_rows;
+  kv.writes = dev.writes;
+  auto ints = [&](TensorId t) -> const int32_t* {
+    switch (graph.tensor(t).role) {
+      case InputRole::Tokens: return dev.tokens;
+      case InputRole::Positions: return dev.positions;
+      case InputRole::OutputRows: return dev.output_rows;
+    }
+    return nullptr;
   };
-  if (decode_group && fail_after_layer < 0) {
-    void*& exec = graphs_[n_rows - 1];
-    if (exec == nullptr) {
+  auto weight_f32 = [&](TensorId t) -> const float* {
+    return t == kNoTensor ? nullptr : static_cast<const float*>(weight_[graph.tensor(t).weight].data);
+  };
+  for (Memo& m : memo_) m.source = kNoTensor;
+
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Op& op = graph.ops[i];
+    const OpParams& p = op.p;
+    const TensorDesc* dst = op.dst != kNoTensor ? &graph.tensor(op.dst) : nullptr;
+    switch (op.kind) {
+      case OpKind::GetRows: {
+        const TensorDesc& table = graph.tensor(op.src[0]);
+        if (table.kind == TensorKind::Weight) {
+          const DeviceWeight& w = weight_[table.weight];
+          get_rows(w.type, w.data, w.ne0, ints(op.src[1]), dst->rows, act(c, op.dst), stream_);
+        } else {
+          gather_rows(act(c, op.src[0]), table.cols, ints(op.src[1]), dst->rows, act(c, op.dst), stream_);
+        }
+        break;
+      }
+      case OpKind::MatMul: {
+        const DeviceWeight& w = weight_[graph.tensor(op.src[0]).weight];
+        const ActivationView& x = quantized(c, graph, op.src[1], w.ne0, activation_format(w.type));
+        matvec(w.type, w.data, w.ne1, x, dst->rows, act(c, op.dst), w.ne1, stream_);
+        break;
+      }
+      case OpKind::RmsNorm: {
+        const size_t group = p.group != 0 ? p.group : dst->cols;
+        rms_norm(act(c, op.src[0]), weight_f32(op.src[1]), dst->rows * dst->cols / group, group, p.eps,
+                 act(c, op.dst), stream_);
+        break;
+      }
+      case OpKind::Add: {
+        const TensorDesc& b = graph.tensor(op.src[1]);
+        if (b.kind == TensorKind::Weight) {
+          add(act(c, op.dst), act(c, op.src[0]), weight_f32(op.src[1]), dst->rows, dst->cols, 0, stream_);
+        } else {
+          add(act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), dst->rows, dst->cols, dst->cols, stream_);
+        }
+        break;
+      }
+      case OpKind::Scale:
+        scale(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols, p.scalar, stream_);
+        break;
+      case OpKind::Rope: {
+        if (op.dst != op.src[0]) {
+          check_cuda(cudaMemcpyAsync(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, stream),
+                     "rope copy");
+        }
+        rope(act(c, op.dst), dst->rows, p.n_head, p.head_dim_k, p.n_rot, p.rope_style == RopeStyle::Neox,
+             ints(op.src[1]), c.rope_freqs[i], p.rope_freq_scale, stream_);
+        break;
+      }
+      case OpKind::Glu:
+        glu(p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh, act(c, op.dst), act(c, op.src[0]),
+            act(c, op.src[1]), dst->rows * dst->cols, stream_);
+        break;
+      case OpKind::Softcap:
+        softcap(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols, p.scalar, stream_);
+        break;
+      case OpKind::SliceCols: {
+        const TensorDesc& src = graph.tensor(op.src[0]);
+        slice_cols(act(c, op.dst), act(c, op.src[0]), dst->rows, src.cols, p.offset, dst->cols, stream_);
+        break;
+      }
+      case OpKind::KvStore: {
+        const TensorDesc& k = graph.tensor(op.src[0]);
+        const TensorDesc& v = graph.tensor(op.src[1]);
+        write_kv(kv, n_layer, p.layer, ring_layer[p.layer], act(c, op.src[0]), k.cols, act(c, op.src[1]), v.cols,
+                 k.rows, stream_);
+        break;
+      }
+      case OpKind::Attention: {
+        AttentionShape shape;
+        shape.n_layer = n_layer;
+        shape.layer = p.layer;
+        shape.ring = ring_layer[p.layer];
+        shape.n_head = p.n_head;
+        shape.n_head_kv = p.n_head_kv;
+        shape.head_dim_k = p.head_dim_k;
+        shape.head_dim_v = p.head_dim_v;
+        shape.window = p.window;
+        shape.scale = p.scalar;
+        attention(kv, shape, act(c, op.src[0]), dst->rows, act(c, op.dst), stream_);
+        break;
+      }
+    }
+    // A quantization of a tensor this op rewrote is stale.
+    for (Memo& m : memo_) {
+      if (m.source == op.dst) m.source = kNoTensor;
+    }
+  }
+  const TensorDesc& logits = graph.tensor(graph.logits);
+  check_cuda(cudaMemcpyAsync(logits_host_.get(), act(c, graph.logits), logits.rows * logits.cols * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream),
+             "copy logits");
+}
+
+void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
+  const size_t n_rows = inputs.tokens.size();
+  if (n_rows == 0 || n_rows > kMaxStepRows || inputs.output_rows.size() > kMaxStepRows) {
+    throw InternalError("[cuda backend] execute: " + std::to_string(n_rows) + " rows");
+  }
+  Compiled& c = compile(graph);
+  const TensorDesc& logits = graph.tensor(graph.logits);
+  ensure_capacity(c, logits.rows * logits.cols);
+
+  // Per-step values into the pinned staging buffer.
+  const Staging host = Staging::at(staging_host_.get());
+  std::vector<const CudaKvStorage*> storage(inputs.slots.size());
+  for (size_t s = 0; s < inputs.slots.size(); ++s) {
+    storage[s] = dynamic_cast<const CudaKvStorage*>(&inputs.slots[s]->storage());
+    if (storage[s] == nullptr) throw InternalError("[cuda backend] execute: KV state of another backend");
+  }
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint32_t s = inputs.row_slot[r];
+    host.tokens[r] = inputs.tokens[r];
+    host.positions[r] = inputs.positions[r];
+    host.tables[r] = storage[s]->device_table();
+    host.ring_rows[r] = static_cast<int32_t>(inputs.slots[s]->ring_rows());
+    host.writes[r] = inputs.slot_writes[s] ? 1 : 0;
+  }
+  for (size_t i = 0; i < inputs.output_rows.size(); ++i) host.output_rows[i] = inputs.output_rows[i];
+  const KvLayout& layout = inputs.slots.front()->layout();
+  const uint32_t n_layer = static_cast<uint32_t>(layout.layers.size());
+  std::vector<bool> ring_layer(n_layer);
+  for (uint32_t il = 0; il < n_layer; ++il) ring_layer[il] = layout.layers[il].window != 0;
+
+  cudaStream_t stream = as_stream(stream_);
+  if (graph.shape.n_rows <= kMaxCapturedRows) {
+    if (c.exec == nullptr) {
       check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      cudaGraph_t graph = nullptr;
+      cudaGraph_t captured = nullptr;
       try {
-        copy_inputs();
-        enqueue_forward(n_rows, n_logits, -1);
+        enqueue(graph, c, ring_layer, n_layer);
       } catch (...) {
-        cudaStreamEndCapture(stream, &graph);
-        if (graph != nullptr) cudaGraphDestroy(graph);
+        cudaStreamEndCapture(stream, &captured);
+        if (captured != nullptr) cudaGraphDestroy(captured);
         cudaGetLastError();
         throw;
       }
-      check_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-      cudaGraphExec_t instance = nullptr;
-      const cudaError_t err = cudaGraphInstantiate(&instance, graph, 0);
-      cudaGraphDestroy(graph);
+      check_cuda(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t err = cudaGraphInstantiate(&exec, captured, 0);
+      cudaGraphDestroy(captured);
       check_cuda(err, "cudaGraphInstantiate");
-      exec = instance;
+      c.exec = exec;
     }
-    check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream), "cudaGraphLaunch");
+    check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(c.exec), stream), "cudaGraphLaunch");
   } else {
-    copy_inputs();
-    enqueue_forward(n_rows, n_logits, fail_after_layer);
+    enqueue(graph, c, ring_layer, n_layer);
   }
-  sync();
+  check_cuda(cudaStreamSynchronize(stream), "step");
 
-  const float* logits = logits_host_.as<float>();
-  for (size_t i = 0; i < logit_segments.size(); ++i) {
-    std::memcpy(segments[logit_segments[i]].logits, logits + i * hp.n_vocab, hp.n_vocab * sizeof(float));
-  }
-  for (size_t s = 0; s < segments.size(); ++s) {
-    if (!segments[s].replay) states[s]->end_write(segments[s].start, segments[s].n_tokens);
+  const float* rows = logits_host_.as<float>();
+  for (size_t i = 0; i < inputs.outputs.size(); ++i) {
+    std::memcpy(inputs.outputs[i], rows + i * logits.cols, logits.cols * sizeof(float));
   }
 }
 

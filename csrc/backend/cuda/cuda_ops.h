@@ -61,20 +61,26 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
 void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
             size_t ld_y, void* stream);
 
-// out (n, width) = rms_norm of each row of x times weight (width). `out` may
-// equal x. A row may be a head: n = rows * heads, width = head_dim.
+// out (n, width) = rms_norm of each row of x times weight (width floats;
+// null: no weight). `out` may equal x. A row may be a head: n = rows * heads,
+// width = head_dim.
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream);
 
-// y (n, width) += x (n, width) (x_row_stride 0: the same vector for every row).
-void add(float* y, const float* x, size_t n, size_t width, size_t x_row_stride, void* stream);
-// x (count) *= factor.
-void scale(float* x, size_t count, float factor, void* stream);
-// x (count) = cap * tanh(x / cap).
-void softcap(float* x, size_t count, float cap, void* stream);
+// dst (n, width) = a (n, width) + b (b_row_stride 0: the same vector for
+// every row). dst may be a.
+void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream);
+// dst (count) = src * factor. dst may be src.
+void scale(float* dst, const float* src, size_t count, float factor, void* stream);
+// dst (count) = cap * tanh(src / cap). dst may be src.
+void softcap(float* dst, const float* src, size_t count, float cap, void* stream);
 
 enum class Glu : int { Silu = 0, GeluTanh = 1 };
-// gate (n, width) = act(gate) * up, row-wise.
-void glu(Glu kind, float* gate, const float* up, size_t count, void* stream);
+// dst (count) = act(gate) * up. dst may be gate.
+void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream);
+
+// dst (n, dst_cols) = src (n, src_cols) columns [offset, offset + dst_cols).
+void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
+                void* stream);
 
 // Rotates the first n_rot dims of each head of x (n_rows, n_heads * head_dim)
 // by angles positions[r] * position_scale * inv_freq[i] (inv_freq: n_rot/2

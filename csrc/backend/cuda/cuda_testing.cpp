@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "backend/accelerators.h"
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
@@ -16,8 +16,8 @@ namespace {
 using cuda::DeviceBuffer;
 
 void require_device() {
-  const BackendAvailability a = cuda_availability();
-  if (!a.usable) throw InvalidArgument("[cuda testing] " + a.reason);
+  const std::string reason = cuda::probe_device();
+  if (!reason.empty()) throw InvalidArgument("[cuda testing] " + reason);
 }
 
 // A private stream for one test call, destroyed on every path.
@@ -131,7 +131,8 @@ std::vector<float> glu(int kind, const float* gate, const float* up, size_t coun
   Stream stream;
   DeviceBuffer dg = upload(gate, count, "gate");
   DeviceBuffer du = upload(up, count, "up");
-  cuda::glu(kind == 0 ? cuda::Glu::Silu : cuda::Glu::GeluTanh, dg.as<float>(), du.as<float>(), count, stream.get());
+  cuda::glu(kind == 0 ? cuda::Glu::Silu : cuda::Glu::GeluTanh, dg.as<float>(), dg.as<float>(), du.as<float>(), count,
+            stream.get());
   stream.sync();
   return download<float>(dg, count);
 }
@@ -140,7 +141,7 @@ std::vector<float> softcap(const float* x, size_t count, float cap) {
   require_device();
   Stream stream;
   DeviceBuffer dx = upload(x, count, "x");
-  cuda::softcap(dx.as<float>(), count, cap, stream.get());
+  cuda::softcap(dx.as<float>(), dx.as<float>(), count, cap, stream.get());
   stream.sync();
   return download<float>(dx, count);
 }

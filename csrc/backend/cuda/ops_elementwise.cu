@@ -37,37 +37,48 @@ __global__ void rms_norm_kernel(const float* x, const float* weight, size_t widt
   __syncthreads();
   const float scale = scale_s;
   float* o = out + row * width;
-  for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = (xr[i] * scale) * weight[i];
+  if (weight != nullptr) {
+    for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = (xr[i] * scale) * weight[i];
+  } else {
+    for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = xr[i] * scale;
+  }
 }
 
-__global__ void add_kernel(float* y, const float* x, size_t n, size_t width, size_t x_row_stride) {
+__global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * width) return;
-  y[i] += x[(i / width) * x_row_stride + i % width];
+  dst[i] = a[i] + b[(i / width) * b_row_stride + i % width];
 }
 
-__global__ void scale_kernel(float* x, size_t count, float factor) {
+__global__ void scale_kernel(float* dst, const float* src, size_t count, float factor) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) x[i] *= factor;
+  if (i < count) dst[i] = src[i] * factor;
 }
 
-__global__ void softcap_kernel(float* x, size_t count, float cap) {
+__global__ void softcap_kernel(float* dst, const float* src, size_t count, float cap) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) x[i] = cap * tanhf(x[i] / cap);
+  if (i < count) dst[i] = cap * tanhf(src[i] / cap);
 }
 
-__global__ void glu_kernel(int kind, float* gate, const float* up, size_t count) {
+__global__ void glu_kernel(int kind, float* dst, const float* gate, const float* up, size_t count) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float g = gate[i];
   if (kind == static_cast<int>(Glu::Silu)) {
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    dst[i] = g / (1.0f + expf(-g)) * up[i];
   } else {
     // gelu, tanh form: g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)).
     constexpr float kMinusTwoSqrt2OverPi = -1.5957691216057308f;
     constexpr float kCubic = 0.044715f;
-    gate[i] = g / (1.0f + expf(kMinusTwoSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
+    dst[i] = g / (1.0f + expf(kMinusTwoSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
   }
+}
+
+__global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t src_cols, size_t offset,
+                                  size_t dst_cols) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * dst_cols) return;
+  dst[i] = src[(i / dst_cols) * src_cols + offset + i % dst_cols];
 }
 
 // One block per row, one thread per (head, pair). Angles in double as on
@@ -136,30 +147,40 @@ void rms_norm(const float* x, const float* weight, size_t n, size_t width, float
   check_launch("rms_norm");
 }
 
-void add(float* y, const float* x, size_t n, size_t width, size_t x_row_stride, void* stream) {
+void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream) {
   if (n * width == 0) return;
-  add_kernel<<<ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(y, x, n, width,
-                                                                                                 x_row_stride);
+  add_kernel<<<ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, a, b, n, width,
+                                                                                                 b_row_stride);
   check_launch("add");
 }
 
-void scale(float* x, size_t count, float factor, void* stream) {
+void scale(float* dst, const float* src, size_t count, float factor, void* stream) {
   if (count == 0) return;
-  scale_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, count, factor);
+  scale_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, count,
+                                                                                                factor);
   check_launch("scale");
 }
 
-void softcap(float* x, size_t count, float cap, void* stream) {
+void softcap(float* dst, const float* src, size_t count, float cap, void* stream) {
   if (count == 0) return;
-  softcap_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, count, cap);
+  softcap_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, count,
+                                                                                                  cap);
   check_launch("softcap");
 }
 
-void glu(Glu kind, float* gate, const float* up, size_t count, void* stream) {
+void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream) {
   if (count == 0) return;
   glu_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind),
-                                                                                              gate, up, count);
+                                                                                              dst, gate, up, count);
   check_launch("glu");
+}
+
+void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
+                void* stream) {
+  if (n * dst_cols == 0) return;
+  slice_cols_kernel<<<ceil_div(n * dst_cols, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      dst, src, n, src_cols, offset, dst_cols);
+  check_launch("slice_cols");
 }
 
 void rope(float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
