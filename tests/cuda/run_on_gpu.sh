@@ -8,7 +8,8 @@
 # Runs: tests/cuda/ (each op vs the scalar reference, CPU-vs-CUDA parity on
 # tiny models and random-weight real shapes, bitwise batch and chunking
 # invariance, typed out-of-memory errors) and the exactness and failure
-# suites of tests/ with backend="auto", which picks CUDA here.
+# suites of tests/ with backend="auto", which picks CUDA here (their cases on
+# the real downloaded models are deselected: the GPU machine has no network).
 # Outputs land in $OUT (default /tmp/muser-cuda): build.log, junit XML,
 # report.jsonl; the exit status is non-zero if anything failed.
 set -uo pipefail
@@ -37,6 +38,7 @@ status=0
 "$py" -m pytest tests/cuda -q -rf -p no:cacheprovider --junitxml="$out/cuda.xml" --maxfail=30 || status=1
 "$py" -m pytest -q -p no:cacheprovider --maxfail=30 --junitxml="$out/suites.xml" \
   tests/property/test_exactness.py tests/integration/test_session_exactness.py \
-  tests/integration/test_session_failures.py tests/integration/test_tiny_model_logits.py -rf || status=1
+  tests/integration/test_session_failures.py tests/integration/test_tiny_model_logits.py -rf \
+  -k "not smollm2 and not gemma3_real" || status=1
 "$py" tests/cuda/print_table.py "$out/cuda.xml" "$out/suites.xml" "$MUSER_CUDA_REPORT" || status=1
 exit $status
