@@ -53,4 +53,22 @@ struct AttentionCase {
 };
 std::vector<float> attention(const AttentionCase& c);
 
+// Device memory free right now (bytes).
+size_t device_free_bytes();
+
+// Holds `bytes` of device memory until release() or destruction, so tests
+// can run the out-of-memory paths on a large GPU. Throws DeviceMemoryError
+// when the device cannot give that much.
+class DeviceMemoryHold {
+ public:
+  explicit DeviceMemoryHold(size_t bytes);
+  ~DeviceMemoryHold() { release(); }
+  DeviceMemoryHold(const DeviceMemoryHold&) = delete;
+  DeviceMemoryHold& operator=(const DeviceMemoryHold&) = delete;
+  void release() noexcept;
+
+ private:
+  void* ptr_ = nullptr;
+};
+
 }  // namespace muser::cuda_testing

@@ -30,5 +30,8 @@ std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, cons
   unavailable("rope");
 }
 std::vector<float> attention(const AttentionCase&) { unavailable("attention"); }
+size_t device_free_bytes() { unavailable("device_free_bytes"); }
+DeviceMemoryHold::DeviceMemoryHold(size_t) { unavailable("DeviceMemoryHold"); }
+void DeviceMemoryHold::release() noexcept {}
 
 }  // namespace muser::cuda_testing

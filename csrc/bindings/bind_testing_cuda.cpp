@@ -58,6 +58,11 @@ void check_weight_bytes(DType type, size_t k, size_t rows, size_t got) {
 }  // namespace
 
 void bind_testing_cuda(nb::module_& m) {
+  m.def("cuda_free_bytes", &cuda_testing::device_free_bytes, "Device memory free right now, in bytes.");
+  nb::class_<cuda_testing::DeviceMemoryHold>(m, "CudaMemoryHold",
+                                             "Holds device memory until release() (tests of out-of-memory paths).")
+      .def(nb::init<size_t>(), nb::arg("bytes"))
+      .def("release", &cuda_testing::DeviceMemoryHold::release, "Frees the held memory now.");
   m.def(
       "cuda_matvec",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x) {

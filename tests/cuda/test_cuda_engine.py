@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import muser
+from muser._core import _testing as t
 from tests.cuda.random_real_shapes import write_real_shape
 from tests.fixtures.driving import random_prompt
 from tests.fixtures.tiny_models import write_tiny_model
@@ -206,14 +207,31 @@ def test_random_weight_real_shapes_match_the_cpu_and_are_batch_invariant(real):
     assert np.array_equal(sessions[0].logits, sessions[4].logits)
 
 
-def test_a_kv_cache_that_cannot_fit_raises_a_memory_error_naming_the_context(tmp_path):
-    # 2 layers x (512 + 512) f16 per position: 100M positions need ~400 GB.
-    path = write_tiny_model(tmp_path / "big.gguf", head_dim=256, context_length=100_000_000)
+def test_running_out_of_device_memory_raises_a_memory_error_naming_the_model_and_context(tmp_path):
+    # 2 layers x (512 + 512) f16 per position: a 3000-token prompt needs ~12 MB of KV.
+    path = write_tiny_model(tmp_path / "big.gguf", head_dim=256, context_length=4096)
     gpu = muser.Engine(path, backend="cuda")
-    with pytest.raises(MemoryError, match="max_context 100000000") as info:
-        gpu.session(max_context=100_000_000)
-    assert isinstance(info.value, muser.DeviceMemoryError)
-    # The engine still works after the failed allocation.
-    s = gpu.session(max_context=32)
+    # A 512-row step first, so the step's own buffers are at full size before
+    # the device fills up: then the KV is what runs out.
+    gpu.session(max_context=4096).prefill(random_prompt(8, 600, gpu.n_vocab))
+    s = gpu.session(max_context=4096)
     s.prefill([1, 2, 3])
-    assert np.isfinite(s.logits).all()
+    prompt = random_prompt(9, 3000, gpu.n_vocab)
+    hold = None
+    for margin_mib in (4, 8, 16, 32):
+        try:
+            hold = t.CudaMemoryHold(t.cuda_free_bytes() - margin_mib * 2**20)
+            break
+        except MemoryError:
+            continue
+    assert hold is not None
+    try:
+        with pytest.raises(MemoryError, match=r"model 'llama'.*max_context is 4096") as info:
+            s.prefill(prompt)
+        assert isinstance(info.value, muser.DeviceMemoryError)
+    finally:
+        hold.release()
+    # Nothing was installed: the session continues where it was.
+    assert s.n_past == 3
+    s.prefill(prompt)
+    assert s.n_past == 3003 and np.isfinite(s.logits).all()

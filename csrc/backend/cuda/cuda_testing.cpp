@@ -212,4 +212,22 @@ std::vector<float> attention(const AttentionCase& c) {
   return download<float>(dout, n_rows * c.n_head * c.head_dim_v);
 }
 
+size_t device_free_bytes() {
+  require_device();
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::device_memory(&free_bytes, &total_bytes);
+  return free_bytes;
+}
+
+DeviceMemoryHold::DeviceMemoryHold(size_t bytes) {
+  require_device();
+  cuda::DeviceBuffer buf(bytes, "test hold");
+  ptr_ = buf.release();  // freed by release()
+}
+
+void DeviceMemoryHold::release() noexcept {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+  ptr_ = nullptr;
+}
+
 }  // namespace muser::cuda_testing
