@@ -263,7 +263,6 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const OpParams& p = op.p;
-    size_t last = i;  // ops [i, last] are done by this iteration
     const TensorDesc* dst = op.dst != kNoTensor ? &graph.tensor(op.dst) : nullptr;
     switch (op.kind) {
       case OpKind::GetRows: {
@@ -277,42 +276,9 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         break;
       }
       case OpKind::MatMul: {
-        // Consecutive products of one weight type reading the same x (q/k/v,
-        // gate/up) go in one launch; a lone product followed by the residual
-        // add of its result into another tensor does that add too. Neither
-        // changes any arithmetic, only the number of launches.
         const DeviceWeight& w = weight_[graph.tensor(op.src[0]).weight];
-        MatvecTarget targets[kMaxMatvecTargets];
-        int count = 0;
-        for (size_t j = i; j < graph.ops.size() && count < kMaxMatvecTargets; ++j) {
-          const Op& o = graph.ops[j];
-          if (o.kind != OpKind::MatMul || o.src[1] != op.src[1] || o.dst == op.src[1]) break;
-          const DeviceWeight& wj = weight_[graph.tensor(o.src[0]).weight];
-          if (wj.type != w.type || wj.ne0 != w.ne0) break;
-          bool distinct = true;
-          for (int t = 0; t < count; ++t) distinct = distinct && targets[t].y != act(c, o.dst);
-          if (!distinct) break;
-          targets[count].w = wj.data;
-          targets[count].n_out = wj.ne1;
-          targets[count].y = act(c, o.dst);
-          targets[count].ld_y = wj.ne1;
-          ++count;
-          last = j;
-        }
-        if (count == 1 && last + 1 < graph.ops.size()) {
-          const Op& add_op = graph.ops[last + 1];
-          const bool in_place_residual = add_op.kind == OpKind::Add && add_op.dst == add_op.src[0] &&
-                                         add_op.src[1] == op.dst && add_op.dst != op.dst &&
-                                         add_op.dst != op.src[1] &&
-                                         graph.tensor(add_op.dst).rows == dst->rows &&
-                                         graph.tensor(add_op.dst).cols == dst->cols;
-          if (in_place_residual) {
-            targets[0].residual = act(c, add_op.dst);
-            last += 1;
-          }
-        }
         const ActivationView& x = quantized(c, graph, op.src[1], w.ne0, activation_format(w.type));
-        matvec_multi(w.type, targets, count, x, dst->rows, stream_);
+        matvec(w.type, w.data, w.ne1, x, dst->rows, act(c, op.dst), w.ne1, stream_);
         break;
       }
       case OpKind::RmsNorm: {
@@ -377,13 +343,10 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         break;
       }
     }
-    // A quantization of a tensor these ops rewrote is stale.
-    for (size_t k = i; k <= last; ++k) {
-      for (Memo& m : memo_) {
-        if (m.source == graph.ops[k].dst) m.source = kNoTensor;
-      }
+    // A quantization of a tensor this op rewrote is stale.
+    for (Memo& m : memo_) {
+      if (m.source == op.dst) m.source = kNoTensor;
     }
-    i = last;
   }
   const TensorDesc& logits = graph.tensor(graph.logits);
   check_cuda(cudaMemcpyAsync(logits_host_.get(), act(c, graph.logits), logits.rows * logits.cols * sizeof(float),

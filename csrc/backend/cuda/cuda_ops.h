@@ -24,7 +24,7 @@ namespace muser::cuda {
 
 // Rows one matvec launch tile carries: decode groups use 1..4, prefill
 // segments walk their rows in tiles of kPrefillTileRows.
-constexpr int kPrefillTileRows = 16;
+constexpr int kPrefillTileRows = 8;
 
 // An activation matrix (n_rows, k) prepared for weights of one type: int8
 // quants with per-block scales, or the float rows themselves for F32/F16/BF16
@@ -60,21 +60,6 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
 // activation_format(type).
 void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
             size_t ld_y, void* stream);
-
-// Up to kMaxMatvecTargets weight matrices of one type that read the same x,
-// in one launch (q/k/v, gate/up). Each target's y is as in matvec; a
-// non-null `residual` (n_rows, n_out) also gets residual += y, with the same
-// float addition an Add op would do (fusing "y = W x; r = r + y").
-struct MatvecTarget {
-  const void* w = nullptr;
-  size_t n_out = 0;
-  float* y = nullptr;
-  size_t ld_y = 0;
-  float* residual = nullptr;
-};
-constexpr int kMaxMatvecTargets = 3;
-void matvec_multi(DType type, const MatvecTarget* targets, int count, const ActivationView& x, size_t n_rows,
-                  void* stream);
 
 // out (n, width) = rms_norm of each row of x times weight (width floats;
 // null: no weight). `out` may equal x. A row may be a head: n = rows * heads,

@@ -295,12 +295,8 @@ struct TypeQ4_K {
     k4_scale_min(b + 4, t, w.sc, w.mn);
     w.d = f16_bits_to_f32(load_u16(b));
     w.dmin = f16_bits_to_f32(load_u16(b + 2));
-    // qs starts 16 bytes into a 144-byte block: 16-byte aligned.
-    const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * p);
-    const uint4 lo = qs[0], hi = qs[1];
-    const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((words[i] >> shift) & 0x0f0f0f0fu);
+    for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((load_u32_a4(b + 16 + 32 * p + 4 * i) >> shift) & 0x0f0f0f0fu);
   }
   __device__ static float dot(const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
