@@ -21,7 +21,7 @@ def _engine(path) -> muser.Engine:
     return muser.Engine(path, threads=2)
 
 
-@pytest.fixture(params=["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.fixture(params=["llama", "qwen2", "qwen3", "gemma3", "phi3", "olmo2"])
 def model_path(request, tiny_model):
     return tiny_model(request.param, "Q4_0", seed=3, context_length=1024)
 
