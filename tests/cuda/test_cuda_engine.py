@@ -39,6 +39,8 @@ TINY_MODELS = {
     "gemma3-q4_k": dict(arch="gemma3", weight_type="Q4_K", sliding_window=16),
     "gemma3-q6_k-softcap": dict(arch="gemma3", weight_type="Q6_K", sliding_window=16,
                                 final_logit_softcapping=30.0),
+    "phi3-q4_0": dict(arch="phi3", weight_type="Q4_0"),
+    "olmo2-q8_0": dict(arch="olmo2", weight_type="Q8_0"),
 }
 
 
