@@ -137,10 +137,9 @@ void CudaBackend::load_weights(const WeightTable& table) {
     d.ne1 = w.ne[1];
     d.vector = w.n_dims == 1;
     if (d.vector) {
-      check_cuda(cudaMemcpy(dst, widened[i].data(), widened[i].size() * sizeof(float), cudaMemcpyHostToDevice),
-                 "upload weights");
+      copy_to_device(dst, widened[i].data(), widened[i].size() * sizeof(float), "upload weights");
     } else {
-      check_cuda(cudaMemcpy(dst, w.data, w.n_bytes, cudaMemcpyHostToDevice), "upload weights");
+      copy_to_device(dst, w.data, w.n_bytes, "upload weights");
     }
   }
 }
@@ -164,8 +163,7 @@ const double* CudaBackend::rope_table(const OpParams& p, TensorId divisors, cons
     }
     DeviceBuffer buf(std::max<size_t>(inv.size(), 1) * sizeof(double), "RoPE frequencies");
     if (!inv.empty()) {
-      check_cuda(cudaMemcpy(buf.get(), inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice),
-                 "RoPE frequencies");
+      copy_to_device(buf.get(), inv.data(), inv.size() * sizeof(double), "RoPE frequencies");
     }
     found = rope_tables_.emplace(key, std::move(buf)).first;
   }
@@ -385,28 +383,37 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
   for (uint32_t il = 0; il < n_layer; ++il) ring_layer[il] = layout.layers[il].window != 0;
 
   cudaStream_t stream = as_stream(stream_);
-  if (graph.shape.n_rows <= kMaxCapturedRows) {
-    if (c.exec == nullptr) {
-      check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      cudaGraph_t captured = nullptr;
-      try {
-        enqueue(graph, c, ring_layer, n_layer);
-      } catch (...) {
-        cudaStreamEndCapture(stream, &captured);
-        if (captured != nullptr) cudaGraphDestroy(captured);
-        cudaGetLastError();
-        throw;
+  try {
+    if (graph.shape.n_rows <= kMaxCapturedRows) {
+      if (c.exec == nullptr) {
+        check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        cudaGraph_t captured = nullptr;
+        try {
+          enqueue(graph, c, ring_layer, n_layer);
+        } catch (...) {
+          cudaStreamEndCapture(stream, &captured);
+          if (captured != nullptr) cudaGraphDestroy(captured);
+          cudaGetLastError();
+          throw;
+        }
+        check_cuda(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t err = cudaGraphInstantiate(&exec, captured, 0);
+        cudaGraphDestroy(captured);
+        check_cuda(err, "cudaGraphInstantiate");
+        c.exec = exec;
       }
-      check_cuda(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t err = cudaGraphInstantiate(&exec, captured, 0);
-      cudaGraphDestroy(captured);
-      check_cuda(err, "cudaGraphInstantiate");
-      c.exec = exec;
+      check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(c.exec), stream), "cudaGraphLaunch");
+    } else {
+      enqueue(graph, c, ring_layer, n_layer);
     }
-    check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(c.exec), stream), "cudaGraphLaunch");
-  } else {
-    enqueue(graph, c, ring_layer, n_layer);
+  } catch (...) {
+    // Leave nothing queued behind a failed step: work already enqueued
+    // finishes before the error reaches the caller (and before anything it
+    // frees could be reused).
+    cudaStreamSynchronize(stream);
+    cudaGetLastError();
+    throw;
   }
   check_cuda(cudaStreamSynchronize(stream), "step");
 

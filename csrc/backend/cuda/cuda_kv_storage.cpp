@@ -61,8 +61,7 @@ void CudaKvStorage::reallocate(size_t global_cap, size_t ring_cap, const CudaKvS
     }
   }
   check_cuda(cudaStreamSynchronize(0), "copy KV rows");
-  check_cuda(cudaMemcpy(table_.get(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice),
-             "KV plane table");
+  copy_to_device(table_.get(), table.data(), table.size() * sizeof(void*), "KV plane table");
   planes_ = std::move(planes);
   global_cap_ = global_cap;
   ring_cap_ = ring_cap;

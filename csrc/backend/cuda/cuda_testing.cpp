@@ -35,7 +35,7 @@ class Stream {
 template <typename T>
 DeviceBuffer upload(const T* data, size_t count, const char* what) {
   DeviceBuffer buf(count * sizeof(T), what);
-  if (count > 0) cuda::check_cuda(cudaMemcpy(buf.get(), data, count * sizeof(T), cudaMemcpyHostToDevice), what);
+  cuda::copy_to_device(buf.get(), data, count * sizeof(T), what);
   return buf;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_error.h"
 #include "core/error.h"
 
 namespace muser::cuda {
@@ -21,6 +22,12 @@ std::string mib(size_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >
 }
 
 }  // namespace
+
+void copy_to_device(void* dst, const void* src, size_t bytes, const char* what) {
+  if (bytes == 0) return;
+  check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
+  check_cuda(cudaStreamSynchronize(0), what);
+}
 
 void device_memory(size_t* free_bytes, size_t* total_bytes) {
   if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {

@@ -61,6 +61,14 @@ class PinnedBuffer {
   size_t bytes_ = 0;
 };
 
+// Copies host bytes to the device and returns once they are there. A plain
+// cudaMemcpy from pageable memory may return while the last DMA is still in
+// flight, and kernels on a non-blocking stream (every stream of this
+// backend) do not wait for it: they could read half-copied weights or a
+// stale KV plane table. Waiting on the legacy stream, which carries that DMA,
+// closes the gap. `what` names the copy in error messages.
+void copy_to_device(void* dst, const void* src, size_t bytes, const char* what);
+
 // Device memory free and total, in bytes (for messages).
 void device_memory(size_t* free_bytes, size_t* total_bytes);
 
