@@ -221,6 +221,8 @@ void init_engine(nb::module_& m) {
       .def_prop_ro(
           "tokenizer", [](const Engine& e) { return std::const_pointer_cast<Tokenizer>(e.tokenizer()); },
           "The model's tokenizer (immutable, shared).")
+      .def_prop_ro("_graphs_built", [](const Engine& e) { return e.graphs_built(); },
+                   "Tests only: step graphs recorded so far (one per shape class while cached).")
       .def(
           "_arm_forward_fault",
           [](Engine& e, uint64_t forwards_to_skip, uint32_t after_layer) {

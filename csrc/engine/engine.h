@@ -58,6 +58,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // A process-unique id for a new session: its key in the decode rotation.
   uint64_t next_session_id() { return next_session_id_.fetch_add(1); }
 
+  // Tests only: step graphs recorded so far (StepRunner::graphs_built).
+  uint64_t graphs_built() const { return runner_->graphs_built(); }
+
   // Tests only: see FaultInjectingBackend.
   FaultInjectingBackend& faults() { return *faults_; }
 
