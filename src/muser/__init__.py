@@ -9,6 +9,7 @@ from __future__ import annotations
 from muser.errors import (
     Cancelled,
     ContextOverflow,
+    DeviceMemoryError,
     FetchError,
     GrammarError,
     InternalError,
@@ -56,6 +57,7 @@ __all__ = [
     "stream",
     "Cancelled",
     "ContextOverflow",
+    "DeviceMemoryError",
     "FetchError",
     "Grammar",
     "GrammarError",
