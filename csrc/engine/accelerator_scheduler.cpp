@@ -97,8 +97,6 @@ Permit AcceleratorScheduler::acquire_prefill() {
   state_.waiting_prefill -= 1;
   throw_if_poisoned_locked();
   record_locked(WorkKind::Prefill, {});
-  decoded_since_previous_prefill_ = stats_.decode_grants != decode_grants_at_last_prefill_;
-  decode_grants_at_last_prefill_ = stats_.decode_grants;
   state_.active = true;
   uint64_t waited = elapsed_ns(started);
   stats_.prefill_grants += 1;
@@ -114,6 +112,7 @@ void AcceleratorScheduler::release(Permit& permit) {
     std::lock_guard<std::mutex> lock(mutex_);
     state_.active = false;
     stats_.permit_hold_ns += elapsed_ns(permit.granted_at_);
+    if (permit.kind_ == WorkKind::Decode) last_decode_released_ = Clock::now();
   }
   permit.scheduler_ = nullptr;
   changed_.notify_all();
@@ -144,9 +143,12 @@ std::vector<GrantRecord> AcceleratorScheduler::grant_log() const {
   return {grant_log_.begin(), grant_log_.end()};
 }
 
-bool AcceleratorScheduler::decoded_since_previous_prefill() const {
+AcceleratorScheduler::DecodeActivity AcceleratorScheduler::decode_activity() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return decoded_since_previous_prefill_;
+  DecodeActivity out;
+  out.decode_grants = stats_.decode_grants;
+  if (last_decode_released_) out.since_last_decode = Clock::now() - *last_decode_released_;
+  return out;
 }
 
 void AcceleratorScheduler::record_prefill_chunk(size_t rows, bool contended) {

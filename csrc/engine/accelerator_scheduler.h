@@ -15,6 +15,7 @@
 #include <deque>
 #include <vector>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -85,11 +86,14 @@ class AcceleratorScheduler {
   Permit acquire_prefill();
 
   bool has_waiting_decode() const;
-  // For the holder of a prefill permit: whether decodes ran between the
-  // previous prefill chunk and this one. A decoder that was served first and
-  // is between steps is not "waiting", yet it will want the accelerator again
-  // within one step; the next chunk must stay short for it.
-  bool decoded_since_previous_prefill() const;
+  // Decode permits granted so far, and how long ago the last one was
+  // released (empty before the first). A prefill compares the count between
+  // its own chunks and the age against kRecentDecodeWindow (prefill_contended).
+  struct DecodeActivity {
+    uint64_t decode_grants = 0;
+    std::optional<std::chrono::nanoseconds> since_last_decode;
+  };
+  DecodeActivity decode_activity() const;
   // Telemetry from whoever holds a prefill permit: the chunk it is running.
   void record_prefill_chunk(size_t rows, bool contended);
   bool poisoned() const;
@@ -112,8 +116,7 @@ class AcceleratorScheduler {
   std::string poison_reason_;
   SchedulerStats stats_;
   bool record_grants_;
-  uint64_t decode_grants_at_last_prefill_ = 0;
-  bool decoded_since_previous_prefill_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_decode_released_;
   std::deque<GrantRecord> grant_log_;
 };
 

@@ -21,6 +21,8 @@ SlotPool::SlotPool(std::shared_ptr<Engine> engine, size_t n_slots, size_t max_wa
     : engine_(std::move(engine)), max_context_(max_context), admission_(n_slots, max_waiting) {
   for (size_t i = 0; i < n_slots; ++i) sessions_.push_back(engine_->new_session(max_context));
   staging_ = engine_->new_session(max_context);
+  decoding_.assign(n_slots, false);
+  for (size_t i = 0; i < n_slots; ++i) note_kv_bytes(i);
   if (n_slots > 1) {
     batcher_ = std::make_unique<DecodeBatcher>([this](const std::vector<DecodeJob*>& group) { run_group(group); },
                                                batch_window, std::min(n_slots, kMaxDecodeGroupRows));
@@ -34,6 +36,14 @@ void SlotPool::check_slot(size_t slot) const {
   }
 }
 
+void SlotPool::throw_if_unhealthy() const {
+  if (!admission_.healthy()) throw Unhealthy("[slot_pool] the pool is unhealthy: " + admission_.unhealthy_reason());
+}
+
+void SlotPool::note_kv_bytes(size_t slot) {
+  kv_bytes_[slot].store(session(slot)->kv_bytes(), std::memory_order_relaxed);
+}
+
 std::shared_ptr<Session> SlotPool::session(size_t slot) const {
   check_slot(slot);
   std::lock_guard<std::mutex> lock(sessions_mutex_);
@@ -43,7 +53,7 @@ std::shared_ptr<Session> SlotPool::session(size_t slot) const {
 SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<std::chrono::nanoseconds> timeout,
                             const CancelTokenPtr& cancel) {
   // Histories of free slots cannot change while we look: nobody owns them.
-  auto affinity = [&](size_t slot) {
+  std::function<SlotAffinity(size_t)> affinity = [&](size_t slot) {
     std::vector<int32_t> history = session(slot)->tokens();
     return SlotAffinity{common_prefix(history, prompt), history.size()};
   };
@@ -52,9 +62,18 @@ SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<st
   try {
     std::shared_ptr<Session> s = session(lease.slot);
     const size_t keep = common_prefix(s->tokens(), prompt);
-    s->truncate(keep);  // keep == n_past changes nothing; else recomputes the logits at keep - 1
+    try {
+      s->truncate(keep);  // keep == n_past changes nothing; else recomputes the logits at keep - 1
+    } catch (const InternalError& e) {
+      // The slot's state is unknown and so may be the accelerator's.
+      admission_.mark_unhealthy(std::string("rewinding slot ") + std::to_string(lease.slot) +
+                                " for a new request failed: " + e.what());
+      throw;
+    }
     lease.reused_tokens = keep;
     reused_prefix_tokens_ += keep;
+    (keep > 0 ? prefix_hits_ : prefix_misses_) += 1;
+    note_kv_bytes(lease.slot);
   } catch (...) {
     admission_.release(lease.slot);
     throw;
@@ -65,25 +84,59 @@ SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<st
 void SlotPool::release(size_t slot, bool healthy) {
   check_slot(slot);
   if (!healthy) admission_.mark_unhealthy("a lease on slot " + std::to_string(slot) + " ended in an unknown state");
+  bool was_decoding = false;
+  {
+    std::lock_guard<std::mutex> lock(participants_mutex_);
+    was_decoding = decoding_[slot];
+    decoding_[slot] = false;
+  }
+  if (was_decoding && batcher_) batcher_->remove_participant();
   admission_.release(slot);
 }
 
+void SlotPool::prefill(size_t slot, const std::vector<int32_t>& tokens, const CancelToken* cancel) {
+  throw_if_unhealthy();
+  std::shared_ptr<Session> s = session(slot);
+  s->prefill(tokens, cancel);
+  note_kv_bytes(slot);
+}
+
 void SlotPool::run_group(const std::vector<DecodeJob*>& group) {
+  // A row that cannot run fails alone; the others run as one group.
   std::vector<Session*> sessions;
   std::vector<int32_t> tokens;
-  for (const DecodeJob* job : group) {
-    sessions.push_back(static_cast<Session*>(job->payload));
+  for (DecodeJob* job : group) {
+    Session* s = static_cast<Session*>(job->payload);
+    try {
+      s->check_decode(job->token);
+    } catch (const InvalidArgument&) {
+      job->error = std::current_exception();
+      continue;
+    } catch (const ContextOverflow&) {
+      job->error = std::current_exception();
+      continue;
+    }
+    sessions.push_back(s);
     tokens.push_back(job->token);
   }
-  Session::decode_group(sessions, tokens);
+  if (!sessions.empty()) Session::decode_group(sessions, tokens);
 }
 
 void SlotPool::decode(size_t slot, int32_t token, const CancelTokenPtr& cancel) {
+  throw_if_unhealthy();
   std::shared_ptr<Session> s = session(slot);
   if (cancel && cancel->cancelled()) throw Cancelled("[slot_pool] the request was cancelled");
   if (!batcher_) {
     s->decode(token);
+    note_kv_bytes(slot);
     return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(participants_mutex_);
+    if (!decoding_[slot]) {
+      decoding_[slot] = true;
+      batcher_->add_participant();
+    }
   }
   DecodeJob job;
   job.slot_id = slot;
@@ -91,17 +144,11 @@ void SlotPool::decode(size_t slot, int32_t token, const CancelTokenPtr& cancel) 
   job.payload = s.get();
   job.cancel = cancel;
   batcher_->submit(job);
-}
-
-void SlotPool::begin_decoding() {
-  if (batcher_) batcher_->add_participant();
-}
-
-void SlotPool::end_decoding() {
-  if (batcher_) batcher_->remove_participant();
+  note_kv_bytes(slot);
 }
 
 size_t SlotPool::context_shift(size_t slot, size_t n_keep, const CancelToken* cancel) {
+  throw_if_unhealthy();
   std::lock_guard<std::mutex> staging_lock(staging_mutex_);
   std::shared_ptr<Session> current = session(slot);
   const std::vector<int32_t> history = current->tokens();
@@ -119,7 +166,13 @@ size_t SlotPool::context_shift(size_t slot, size_t n_keep, const CancelToken* ca
     std::swap(sessions_[slot], staging_);
   }
   context_shifts_ += 1;
+  note_kv_bytes(slot);
   return shifted.size();
+}
+
+void SlotPool::arm_batcher_fault() {
+  if (!batcher_) throw InvalidArgument("[slot_pool] a one-slot pool has no batcher");
+  batcher_->arm_bookkeeping_fault();
 }
 
 PoolStats SlotPool::stats() const {
@@ -127,7 +180,10 @@ PoolStats SlotPool::stats() const {
   out.admission = admission_.stats();
   if (batcher_) out.batcher = batcher_->stats();
   out.reused_prefix_tokens = reused_prefix_tokens_.load();
+  out.prefix_hits = prefix_hits_.load();
+  out.prefix_misses = prefix_misses_.load();
   out.context_shifts = context_shifts_.load();
+  for (size_t i = 0; i < sessions_.size(); ++i) out.kv_bytes += kv_bytes_[i].load(std::memory_order_relaxed);
   return out;
 }
 

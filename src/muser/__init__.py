@@ -9,12 +9,14 @@ from __future__ import annotations
 from muser.errors import (
     Cancelled,
     ContextOverflow,
+    DeadlineExceeded,
     FetchError,
     GrammarError,
     InternalError,
     ModelFormatError,
     MuserError,
     Overloaded,
+    SlotReleased,
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
@@ -48,6 +50,7 @@ __all__ = [
     "stream",
     "Cancelled",
     "ContextOverflow",
+    "DeadlineExceeded",
     "FetchError",
     "Grammar",
     "GrammarError",
@@ -55,5 +58,6 @@ __all__ = [
     "ModelFormatError",
     "MuserError",
     "Overloaded",
+    "SlotReleased",
     "Unhealthy",
 ]

@@ -7,6 +7,7 @@ Every command defaults to the default registry model, so a newcomer can type
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -55,9 +56,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     engine = _engine(args.model, args.threads)
     last = None
-    for chunk in muser.stream(engine, args.prompt, **_sampling(args)):
-        print(chunk.text, end="", flush=True)
-        last = chunk
+    # Leaving the block for any reason (Ctrl-C, a closed pipe) cancels the request.
+    with muser.stream(engine, args.prompt, **_sampling(args)) as chunks:
+        for chunk in chunks:
+            print(chunk.text, end="", flush=True)
+            last = chunk
     print()
     if last is not None and last.timings is not None:
         t = last.timings
@@ -88,9 +91,10 @@ def _cmd_chat(args: argparse.Namespace) -> int:
                 return 0
         messages.append({"role": "user", "content": user})
         reply = []
-        for chunk in muser.chat(engine, messages, stream=True, template=args.template, **_sampling(args)):
-            print(chunk.text, end="", flush=True)
-            reply.append(chunk.text)
+        with muser.chat(engine, messages, stream=True, template=args.template, **_sampling(args)) as chunks:
+            for chunk in chunks:
+                print(chunk.text, end="", flush=True)
+                reply.append(chunk.text)
         print()
         messages.append({"role": "assistant", "content": "".join(reply)})
 
@@ -168,3 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MuserError, ValueError) as exc:
         _stderr(f"muser: error: {exc}")
         return 1
+    except KeyboardInterrupt:
+        # The request was cancelled on the way out; the exit hook joins its thread.
+        _stderr("\nmuser: interrupted")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`). Point stdout at /dev/null so the
+        # interpreter's final flush does not fail a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer killed by a closed pipe

@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -162,7 +163,7 @@ class Engine:
     Thread safety: share one engine between threads freely.
     """
 
-    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "__weakref__")
+    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_pools", "__weakref__")
 
     def __init__(
         self,
@@ -178,6 +179,21 @@ class Engine:
         self._lock = threading.Lock()
         self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
         self._default_pool = None
+        self._pools: weakref.WeakSet = weakref.WeakSet()  # every SlotPool made on this engine
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel and join the generations running on this engine's pools
+        (up to ``timeout`` seconds in all) and close those pools. Sessions
+        stay usable. Called at interpreter exit for whatever is still running;
+        ``with Engine(...) as engine:`` calls it on leaving the block."""
+        for pool in list(self._pools):
+            pool.close(timeout)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
 
     @property
     def config(self) -> dict[str, Any]:
@@ -268,7 +284,7 @@ class Engine:
         from muser.pool import SlotPool
 
         with self._lock:
-            if self._default_pool is None:
+            if self._default_pool is None or self._default_pool._closed:
                 self._default_pool = SlotPool(self, slots=4)
             return self._default_pool
 
