@@ -21,7 +21,6 @@ SlotPool::SlotPool(std::shared_ptr<Engine> engine, size_t n_slots, size_t max_wa
     : engine_(std::move(engine)), max_context_(max_context), admission_(n_slots, max_waiting) {
   for (size_t i = 0; i < n_slots; ++i) sessions_.push_back(engine_->new_session(max_context));
   staging_ = engine_->new_session(max_context);
-  decoding_.assign(n_slots, false);
   for (size_t i = 0; i < n_slots; ++i) note_kv_bytes(i);
   if (n_slots > 1) {
     batcher_ = std::make_unique<DecodeBatcher>([this](const std::vector<DecodeJob*>& group) { run_group(group); },
@@ -78,20 +77,17 @@ SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<st
     admission_.release(lease.slot);
     throw;
   }
+  // Every leased slot may send a row: the batcher waits (within its window)
+  // for as many rows as there are leases, whoever drives them.
+  if (batcher_) batcher_->add_participant();
   return lease;
 }
 
 void SlotPool::release(size_t slot, bool healthy) {
   check_slot(slot);
   if (!healthy) admission_.mark_unhealthy("a lease on slot " + std::to_string(slot) + " ended in an unknown state");
-  bool was_decoding = false;
-  {
-    std::lock_guard<std::mutex> lock(participants_mutex_);
-    was_decoding = decoding_[slot];
-    decoding_[slot] = false;
-  }
-  if (was_decoding && batcher_) batcher_->remove_participant();
-  admission_.release(slot);
+  admission_.release(slot);  // throws for a slot that is not held, before the count changes
+  if (batcher_) batcher_->remove_participant();
 }
 
 void SlotPool::prefill(size_t slot, const std::vector<int32_t>& tokens, const CancelToken* cancel) {
@@ -130,13 +126,6 @@ void SlotPool::decode(size_t slot, int32_t token, const CancelTokenPtr& cancel) 
     s->decode(token);
     note_kv_bytes(slot);
     return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(participants_mutex_);
-    if (!decoding_[slot]) {
-      decoding_[slot] = true;
-      batcher_->add_participant();
-    }
   }
   DecodeJob job;
   job.slot_id = slot;

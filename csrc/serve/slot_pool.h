@@ -7,9 +7,9 @@
 //   rewinds it to that prefix, so only the rest needs prefilling.
 // - decode(slot, token) goes through the DecodeBatcher, which packs the rows
 //   of concurrent requests into decode groups (disabled with one slot: the
-//   rendezvous window would only add latency). A leased slot that has
-//   decoded counts as a participant until released, so callers driving
-//   slots directly are packed like generate/stream. A row that cannot run
+//   rendezvous window would only add latency). Every leased slot counts as
+//   a participant (a row that may join the group) until released, so
+//   callers driving slots directly are packed like generate/stream. A row that cannot run
 //   (token out of range, context full) fails alone, never its group.
 // - context_shift(slot, n_keep) rebuilds a shortened context in the one
 //   staging session and swaps it in only when complete; staging is never a
@@ -106,8 +106,6 @@ class SlotPool {
   std::shared_ptr<Session> staging_;
   SlotAdmission admission_;
   std::unique_ptr<DecodeBatcher> batcher_;  // null with one slot
-  std::mutex participants_mutex_;
-  std::vector<bool> decoding_;  // per slot: a batcher participant until released
   std::array<std::atomic<uint64_t>, SlotAdmission::kMaxSlots> kv_bytes_{};
   std::atomic<uint64_t> reused_prefix_tokens_{0};
   std::atomic<uint64_t> prefix_hits_{0};
