@@ -8,6 +8,8 @@ namespace nb = nanobind;
 namespace muser::bindings {
 namespace {
 
+constexpr std::chrono::milliseconds kSignalCheckInterval{20};
+
 bool interpreter_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing() != 0;
@@ -36,7 +38,13 @@ ReleasedGil::~ReleasedGil() {
 
 PythonSignals::PythonSignals() {
   if (!on_main_thread()) return;
-  scope_.emplace([] {
+  // The core may ask between layers of a forward, holding the accelerator:
+  // take the GIL at most every kSignalCheckInterval, so the wait for it
+  // (up to a switch interval) costs the forward almost nothing.
+  scope_.emplace([last = std::chrono::steady_clock::time_point{}]() mutable {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last < kSignalCheckInterval) return;
+    last = now;
     nb::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
   });

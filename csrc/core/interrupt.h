@@ -4,9 +4,9 @@
 // interpreter's main thread installs an InterruptScope whose check re-takes
 // the GIL briefly and asks Python whether a signal arrived; the core calls
 // check_interrupt() at points where stopping keeps its failure guarantee
-// (before a prefill chunk, at an admission wake-up). The check throws to
-// stop; the exception travels like any other failure, so the session is left
-// as it was before the call.
+// (before a prefill chunk, between the layers of a CPU forward, at an
+// admission wake-up). The check throws to stop; the exception travels like
+// any other failure, so the session is left as it was before the call.
 //
 // The hook is per thread (thread_local): a scope affects only the calls made
 // by the thread that installed it, and threads without one pay nothing.

@@ -9,6 +9,7 @@
 #include "backend/cpu/ops_norm.h"
 #include "backend/segment_checks.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "model/kv_cache.h"
 #include "tensor/half_float.h"
 
@@ -186,6 +187,10 @@ void CpuBackend::forward(const std::vector<ForwardSegment>& segments) {
   const int64_t fail_after_layer = faults.start_forward();
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     run_layer(il, segments, caches, n_rows);
+    // A 512-row chunk can take seconds on a CPU: Ctrl-C is also noticed
+    // between layers. Stopping here is a failed forward like any other
+    // (the session drops the partial KV write and keeps its state).
+    check_interrupt();
     if (static_cast<int64_t>(il) == fail_after_layer) {
       throw InternalError("[cpu backend] injected fault after layer " + std::to_string(il) + " (test hook)");
     }
