@@ -210,6 +210,7 @@ void init_serve(nb::module_& m) {
       .def_prop_ro("max_context", &SlotPool::max_context)
       .def("_arm_batcher_fault", &SlotPool::arm_batcher_fault,
            "Tests only: the decode batcher's next bookkeeping step fails.")
+      .def_prop_ro("id", &SlotPool::id, "Process-unique pool id (labels its events in schedule recordings).")
       .def("stats", [](const SlotPool& p) {
         PoolStats st;
         {

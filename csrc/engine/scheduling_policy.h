@@ -43,18 +43,25 @@ bool decode_eligible(const SchedulerState& state, const std::set<uint64_t>& sequ
 bool prefill_eligible(const SchedulerState& state);
 
 // Whether the next prefill chunk must be short because a decoder is waiting
-// or decoding now: one waits, one was served since this prefill's previous
-// chunk, or one finished a step less than kRecentDecodeWindow ago
-// (`since_last_decode` is empty when no decode ever ran). A decode long ago
+// or decoding now: one waits; a generation is mid-way through its decode
+// loop (`decoders_active`: a pool's lease that has decoded and not ended);
+// one was served since this prefill's previous chunk; or one finished a step
+// less than kRecentDecodeWindow ago (sessions used outside a pool;
+// `since_last_decode` is empty when no decode ever ran). A decode long ago
 // does not count: an idle engine prefills in full-size chunks.
-bool prefill_contended(bool decode_waiting, bool decoded_since_previous_chunk,
+bool prefill_contended(bool decode_waiting, bool decoders_active, bool decoded_since_previous_chunk,
                        std::optional<std::chrono::nanoseconds> since_last_decode);
 
 // Rows for the next prefill chunk, given how many remain.
 size_t prefill_chunk_rows(bool decode_waiting, size_t remaining_rows);
 
-// After a decode group runs, the rotation cursor moves to the member that
-// comes last in rotation order starting from the selected one.
+// After a decode group runs, the rotation cursor moves along the rotation
+// from the selected member over the group's members, stopping before the
+// first waiting sequence that is not in the group: a waiter that the group's
+// later members passed is next, so nobody is passed over twice. (Moving the
+// cursor to the group's last member instead let a group {1, 4} pass a
+// waiting 3 on every turn: a starved decoder, found by muser.testing.)
+// `state` is the state at the grant: the group's ids are still waiting.
 uint64_t rotation_cursor_after(const SchedulerState& state, const std::set<uint64_t>& group);
 
 }  // namespace muser

@@ -49,12 +49,15 @@ void Session::run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t st
     // Chunk boundaries are where a signal (Ctrl-C) or a cancellation may stop
     // the call: what ran so far is dropped by the caller's failure path.
     check_interrupt();
-    if (cancel != nullptr && cancel->cancelled()) throw Cancelled("[session] prefill cancelled");
-    Permit permit = scheduler.acquire_prefill();
+    if (cancel != nullptr && cancel->cancelled()) {
+      scheduler.recorder().record_cancelled(0, -1, id_, "prefill");
+      throw Cancelled("[session] prefill cancelled");
+    }
+    Permit permit = scheduler.acquire_prefill(id_);
     // Decided at the boundary, holding the permit (prefill_contended): a
     // decoder waiting or decoding now makes this chunk short.
     const AcceleratorScheduler::DecodeActivity activity = scheduler.decode_activity();
-    const bool contended = prefill_contended(scheduler.has_waiting_decode(),
+    const bool contended = prefill_contended(scheduler.has_waiting_decode(), activity.active_decoders > 0,
                                              done > 0 && activity.decode_grants != decode_grants_at_previous_chunk,
                                              activity.since_last_decode);
     decode_grants_at_previous_chunk = activity.decode_grants;
@@ -152,7 +155,7 @@ void Session::truncate(size_t n) {
     seg.start = n - 1;
     seg.logits = staged_logits_.data();
     seg.replay = true;
-    Permit permit = engine_->scheduler().acquire_prefill();
+    Permit permit = engine_->scheduler().acquire_prefill(id_);
     engine_->forward(permit, {seg});
     kv_->forget_from(n);
   } else {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/cancel_token.h"
+#include "engine/schedule_recorder.h"
 
 namespace muser {
 
@@ -61,6 +62,13 @@ class SlotAdmission {
   void release(size_t slot);
   void mark_unhealthy(const std::string& reason);
 
+  // Admission events go to `recorder` (when it is on), labelled `pool_id`.
+  // Call once, before the admission is shared between threads.
+  void attach_recorder(ScheduleRecorder* recorder, uint64_t pool_id) {
+    recorder_ = recorder;
+    pool_id_ = pool_id;
+  }
+
   bool healthy() const;
   size_t waiting() const;
   std::string unhealthy_reason() const;
@@ -81,6 +89,8 @@ class SlotAdmission {
     size_t cached_prefix = 0;
     uint64_t scored_at = UINT64_MAX;  // free_version_ when cached_prefix was computed
   };
+  // Under mutex_, so a pool's admission events are recorded in their true order.
+  void record_locked(ScheduleEventKind kind, uint64_t ticket, int64_t slot, const char* what) const;
 
   const size_t max_waiting_;
   mutable std::mutex mutex_;
@@ -92,6 +102,8 @@ class SlotAdmission {
   bool unhealthy_ = false;
   std::string unhealthy_reason_;
   AdmissionStats stats_;
+  ScheduleRecorder* recorder_ = nullptr;
+  uint64_t pool_id_ = 0;
 };
 
 }  // namespace muser

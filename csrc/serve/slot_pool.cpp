@@ -14,17 +14,27 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return i;
 }
 
+std::atomic<uint64_t> next_pool_id{1};
+
 }  // namespace
 
 SlotPool::SlotPool(std::shared_ptr<Engine> engine, size_t n_slots, size_t max_waiting, size_t max_context,
                    std::chrono::microseconds batch_window)
-    : engine_(std::move(engine)), max_context_(max_context), admission_(n_slots, max_waiting) {
+    : engine_(std::move(engine)), id_(next_pool_id.fetch_add(1)), max_context_(max_context),
+      admission_(n_slots, max_waiting) {
+  admission_.attach_recorder(&recorder(), id_);
   for (size_t i = 0; i < n_slots; ++i) sessions_.push_back(engine_->new_session(max_context));
   staging_ = engine_->new_session(max_context);
   for (size_t i = 0; i < n_slots; ++i) note_kv_bytes(i);
   if (n_slots > 1) {
     batcher_ = std::make_unique<DecodeBatcher>([this](const std::vector<DecodeJob*>& group) { run_group(group); },
                                                batch_window, std::min(n_slots, kMaxDecodeGroupRows));
+  }
+}
+
+SlotPool::~SlotPool() {
+  for (auto& decoding : decoding_) {
+    if (decoding.exchange(false)) engine_->scheduler().decoder_finished();
   }
 }
 
@@ -73,7 +83,24 @@ SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<st
     reused_prefix_tokens_ += keep;
     (keep > 0 ? prefix_hits_ : prefix_misses_) += 1;
     note_kv_bytes(lease.slot);
+    if (recorder().on()) {
+      ScheduleEvent event;
+      event.kind = ScheduleEventKind::Leased;
+      event.pool = id_;
+      event.slot = static_cast<int64_t>(lease.slot);
+      event.sessions.push_back(s->id());
+      event.rows = keep;
+      recorder().record(std::move(event));
+    }
   } catch (...) {
+    if (recorder().on()) {
+      ScheduleEvent event;
+      event.kind = ScheduleEventKind::LeaseReleased;
+      event.pool = id_;
+      event.slot = static_cast<int64_t>(lease.slot);
+      event.what = "failed";
+      recorder().record(std::move(event));
+    }
     admission_.release(lease.slot);
     throw;
   }
@@ -86,8 +113,18 @@ SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<st
 void SlotPool::release(size_t slot, bool healthy) {
   check_slot(slot);
   if (!healthy) admission_.mark_unhealthy("a lease on slot " + std::to_string(slot) + " ended in an unknown state");
-  admission_.release(slot);  // throws for a slot that is not held, before the count changes
+  if (recorder().on()) {
+    // Before the slot is free: its next lease is recorded after this release.
+    ScheduleEvent event;
+    event.kind = ScheduleEventKind::LeaseReleased;
+    event.pool = id_;
+    event.slot = static_cast<int64_t>(slot);
+    event.what = healthy ? "healthy" : "unhealthy";
+    recorder().record(std::move(event));
+  }
+  admission_.release(slot);  // throws for a slot that is not held, before the counts change
   if (batcher_) batcher_->remove_participant();
+  if (decoding_[slot].exchange(false)) engine_->scheduler().decoder_finished();
 }
 
 void SlotPool::prefill(size_t slot, const std::vector<int32_t>& tokens, const CancelToken* cancel) {
@@ -115,13 +152,30 @@ void SlotPool::run_group(const std::vector<DecodeJob*>& group) {
     sessions.push_back(s);
     tokens.push_back(job->token);
   }
-  if (!sessions.empty()) Session::decode_group(sessions, tokens);
+  if (sessions.empty()) return;
+  if (recorder().on()) {
+    ScheduleEvent event;
+    event.kind = ScheduleEventKind::DecodeGroup;
+    event.pool = id_;
+    event.rows = sessions.size();
+    for (size_t i = 0, row = 0; i < group.size(); ++i) {
+      if (group[i]->error) continue;  // failed alone, above
+      event.slots.push_back(static_cast<int64_t>(group[i]->slot_id));
+      event.sessions.push_back(sessions[row++]->id());
+    }
+    recorder().record(std::move(event));
+  }
+  Session::decode_group(sessions, tokens);
 }
 
 void SlotPool::decode(size_t slot, int32_t token, const CancelTokenPtr& cancel) {
   throw_if_unhealthy();
   std::shared_ptr<Session> s = session(slot);
-  if (cancel && cancel->cancelled()) throw Cancelled("[slot_pool] the request was cancelled");
+  if (cancel && cancel->cancelled()) {
+    recorder().record_cancelled(id_, static_cast<int64_t>(slot), s->id(), "decode");
+    throw Cancelled("[slot_pool] the request was cancelled");
+  }
+  if (!decoding_[slot].exchange(true)) engine_->scheduler().decoder_started();
   if (!batcher_) {
     s->decode(token);
     note_kv_bytes(slot);
@@ -132,7 +186,12 @@ void SlotPool::decode(size_t slot, int32_t token, const CancelTokenPtr& cancel) 
   job.token = token;
   job.payload = s.get();
   job.cancel = cancel;
-  batcher_->submit(job);
+  try {
+    batcher_->submit(job);
+  } catch (const Cancelled&) {
+    recorder().record_cancelled(id_, static_cast<int64_t>(slot), s->id(), "decode_queue");
+    throw;
+  }
   note_kv_bytes(slot);
 }
 

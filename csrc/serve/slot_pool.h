@@ -60,6 +60,9 @@ class SlotPool {
  public:
   SlotPool(std::shared_ptr<Engine> engine, size_t n_slots, size_t max_waiting, size_t max_context,
            std::chrono::microseconds batch_window);
+  ~SlotPool();
+  SlotPool(const SlotPool&) = delete;
+  SlotPool& operator=(const SlotPool&) = delete;
 
   // Throws Overloaded, Timeout, Cancelled, Unhealthy; InternalError (after
   // latching the pool) when rewinding the chosen slot fails.
@@ -88,6 +91,8 @@ class SlotPool {
   size_t n_slots() const { return sessions_.size(); }
   size_t max_context() const { return max_context_; }
   const std::shared_ptr<Engine>& engine() const { return engine_; }
+  // Process-unique, from 1: labels this pool's events in schedule recordings.
+  uint64_t id() const { return id_; }
   PoolStats stats() const;
   // Tests only: the batcher's next bookkeeping step fails (DecodeBatcher).
   void arm_batcher_fault();
@@ -97,8 +102,10 @@ class SlotPool {
   void throw_if_unhealthy() const;
   void run_group(const std::vector<DecodeJob*>& group);
   void note_kv_bytes(size_t slot);
+  ScheduleRecorder& recorder() const { return engine_->scheduler().recorder(); }
 
   std::shared_ptr<Engine> engine_;
+  const uint64_t id_;
   const size_t max_context_;
   mutable std::mutex sessions_mutex_;  // guards the session pointers (swapped by context_shift)
   std::vector<std::shared_ptr<Session>> sessions_;
@@ -107,6 +114,9 @@ class SlotPool {
   SlotAdmission admission_;
   std::unique_ptr<DecodeBatcher> batcher_;  // null with one slot
   std::array<std::atomic<uint64_t>, SlotAdmission::kMaxSlots> kv_bytes_{};
+  // Per slot: its lease has decoded, so it counts as an active decoder in the
+  // engine's scheduler (short prefill chunks) until released.
+  std::array<std::atomic<bool>, SlotAdmission::kMaxSlots> decoding_{};
   std::atomic<uint64_t> reused_prefix_tokens_{0};
   std::atomic<uint64_t> prefix_hits_{0};
   std::atomic<uint64_t> prefix_misses_{0};

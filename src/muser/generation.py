@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import itertools
 import math
 import operator
 import queue
@@ -63,6 +64,7 @@ _EXIT_JOIN_S = 30.0   # at interpreter exit, how long in all to wait for produce
 
 Target = Union[SlotPool, Engine]
 _END = object()
+_REQUEST_IDS = itertools.count(1)  # labels requests in schedule recordings (muser.testing)
 
 # Every request whose producer thread is running, for the exit hook.
 _live_lock = threading.Lock()
@@ -225,6 +227,8 @@ class _Request:
         self.stalled = False
         self.finish_reason: str | None = None
         self.sampling_ns = 0
+        self.request_id = next(_REQUEST_IDS)
+        self.recorder = pool.engine._core.schedule_recorder
         self.thread = threading.Thread(target=self._run, name=f"muser-request-{index}", daemon=True)
 
     def start(self) -> _Request:
@@ -240,6 +244,11 @@ class _Request:
         return self
 
     # -- producer side -----------------------------------------------------
+
+    def _note(self, what: str, slot: int = -1, detail: str = "") -> None:
+        # Schedule recording (engine.record_schedule()): one attribute read when off.
+        if self.recorder.recording:
+            self.recorder.note(what, self.request_id, self.pool._core.id, slot, detail)
 
     def _deadline_error(self) -> DeadlineExceeded:
         return DeadlineExceeded(f"the request ran past its timeout of {self.options.timeout:g} s")
@@ -273,6 +282,7 @@ class _Request:
                 )
 
     def _run(self) -> None:
+        self._note("request_started")
         outcome = "failed"
         try:
             self._generate()
@@ -295,6 +305,8 @@ class _Request:
             self.error = exc
         finally:
             try:
+                self._note("request_ended",
+                           detail=type(self.error).__name__ if self.error else str(self.finish_reason))
                 self.pool._record_outcome(outcome, self.sampling_ns)
                 if self.channel is not None:
                     self.channel.end()  # never blocks: the consumer drains or is gone
@@ -339,6 +351,7 @@ class _Request:
         chain = make_sampler(options.params, self.seed, grammar=constraint, vocab=engine,
                              context_size=self.pool.max_context)
         with self.pool.acquire(self.tokens, cancel=self.cancel) as slot:
+            self._note("request_admitted", slot.index)
             queued = time.perf_counter()
             rest = self.tokens[slot.reused_tokens:]
             for at in range(0, len(rest), PREFILL_PIECE):

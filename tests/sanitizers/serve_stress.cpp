@@ -46,7 +46,7 @@ void run_threads(int n, const std::function<void(int)>& body) {
 
 // The accelerator is held by one permit at a time; decodes and prefills interleave.
 void scheduler_scenario() {
-  AcceleratorScheduler scheduler(/*record_grants=*/true);
+  AcceleratorScheduler scheduler;
   std::atomic<int> active{0};
   std::atomic<int> grants{0};
   run_threads(6, [&](int i) {
