@@ -315,6 +315,7 @@ class _Request:
                     _live.discard(self)
 
     def _deliver_cancelled(self, exc: Cancelled) -> None:
+        self.finish_reason = "cancelled"
         chunk = GenerationChunk("", finish_reason="cancelled", index=self.index)
         if self.collected is not None:
             self.collected.append(chunk)
