@@ -165,7 +165,7 @@ class Engine:
     Thread safety: share one engine between threads freely.
     """
 
-    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_pools", "__weakref__")
+    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_pools", "_pools_lock", "__weakref__")
 
     def __init__(
         self,
@@ -183,13 +183,20 @@ class Engine:
         self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
         self._default_pool = None
         self._pools: weakref.WeakSet = weakref.WeakSet()  # every SlotPool made on this engine
+        self._pools_lock = threading.Lock()  # WeakSets are not thread-safe
+
+    def _add_pool(self, pool) -> None:
+        with self._pools_lock:
+            self._pools.add(pool)
 
     def close(self, timeout: float = 30.0) -> None:
         """Cancel and join the generations running on this engine's pools
         (up to ``timeout`` seconds in all) and close those pools. Sessions
         stay usable. Called at interpreter exit for whatever is still running;
         ``with Engine(...) as engine:`` calls it on leaving the block."""
-        for pool in list(self._pools):
+        with self._pools_lock:
+            pools = list(self._pools)
+        for pool in pools:
             pool.close(timeout)
 
     def __enter__(self) -> Engine:

@@ -234,7 +234,7 @@ class _Request:
     def start(self) -> _Request:
         with _live_lock:
             _live.add(self)
-        self.pool._requests.add(self)
+        self.pool._add_request(self)
         try:
             self.thread.start()
         except BaseException:

@@ -201,11 +201,15 @@ class SlotPool:
         # Generations running on this pool (muser.generation registers them),
         # so close() can cancel and join them; and their outcome counts.
         self._requests: weakref.WeakSet = weakref.WeakSet()
-        self._telemetry_lock = threading.Lock()
+        self._telemetry_lock = threading.Lock()  # also guards _requests (WeakSets are not thread-safe)
         self._outcomes: Counter = Counter()
         self._sampling_ns = 0
         self._closed = False
-        engine._pools.add(self)
+        engine._add_pool(self)
+
+    def _add_request(self, request: Any) -> None:
+        with self._telemetry_lock:
+            self._requests.add(request)
 
     def acquire(
         self,
@@ -291,7 +295,9 @@ class SlotPool:
         from muser.generation import _shutdown
 
         self._closed = True
-        _shutdown(list(self._requests), timeout)
+        with self._telemetry_lock:
+            requests = list(self._requests)
+        _shutdown(requests, timeout)
         self._core.mark_unhealthy("the pool was closed")
 
     def __enter__(self) -> SlotPool:
