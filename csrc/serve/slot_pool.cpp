@@ -71,12 +71,19 @@ SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<st
   try {
     std::shared_ptr<Session> s = session(lease.slot);
     const size_t keep = common_prefix(s->tokens(), prompt);
+    // The slot's state is unknown after these, and so may be the accelerator's
+    // (the same rule as a lease ending with them).
+    auto latch = [&](const std::exception& e) {
+      admission_.mark_unhealthy(std::string("rewinding slot ") + std::to_string(lease.slot) +
+                                " for a new request failed: " + e.what());
+    };
     try {
       s->truncate(keep);  // keep == n_past changes nothing; else recomputes the logits at keep - 1
     } catch (const InternalError& e) {
-      // The slot's state is unknown and so may be the accelerator's.
-      admission_.mark_unhealthy(std::string("rewinding slot ") + std::to_string(lease.slot) +
-                                " for a new request failed: " + e.what());
+      latch(e);
+      throw;
+    } catch (const Unhealthy& e) {
+      latch(e);
       throw;
     }
     lease.reused_tokens = keep;
