@@ -459,12 +459,15 @@ def _start(target: Target, prompt: str | Sequence[int], n: int, cancel: CancelTo
     if len(tokens) >= pool.max_context:
         raise ValueError(f"the prompt has {len(tokens)} tokens; the pool's max_context is {pool.max_context}")
     seeds = [None if options.seed is None else (options.seed + i) & 0xFFFFFFFF for i in range(n)]
-    requests: list[_Request] = []
+    # All built first, then started back to back, so the n completions
+    # arrive at admission together.
+    requests = [_Request(pool, tokens, options, seeds[i], i, cancel, collect=collect, loop=loop) for i in range(n)]
+    started: list[_Request] = []
     try:
-        for i in range(n):
-            requests.append(_Request(pool, tokens, options, seeds[i], i, cancel, collect=collect, loop=loop).start())
+        for request in requests:
+            started.append(request.start())
     except BaseException:
-        _shutdown(requests, _EXIT_JOIN_S)
+        _shutdown(started, _EXIT_JOIN_S)
         raise
     return requests
 
