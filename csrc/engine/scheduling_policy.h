@@ -15,13 +15,12 @@
 #include <optional>
 #include <set>
 
+#include "core/limits.h"
+
 namespace muser {
 
 enum class WorkKind { Decode, Prefill };
 
-constexpr size_t kPrefillChunkRows = 512;
-constexpr size_t kPrefillChunkRowsContended = 64;
-constexpr size_t kMaxDecodeGroupRows = 4;
 // A decoder that finished a step this recently is between steps (sampling,
 // detokenizing), not gone: it will want the accelerator within a step.
 constexpr std::chrono::milliseconds kRecentDecodeWindow{50};

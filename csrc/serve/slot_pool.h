@@ -113,10 +113,10 @@ class SlotPool {
   std::shared_ptr<Session> staging_;
   SlotAdmission admission_;
   std::unique_ptr<DecodeBatcher> batcher_;  // null with one slot
-  std::array<std::atomic<uint64_t>, SlotAdmission::kMaxSlots> kv_bytes_{};
+  std::array<std::atomic<uint64_t>, kMaxSlots> kv_bytes_{};
   // Per slot: its lease has decoded, so it counts as an active decoder in the
   // engine's scheduler (short prefill chunks) until released.
-  std::array<std::atomic<bool>, SlotAdmission::kMaxSlots> decoding_{};
+  std::array<std::atomic<bool>, kMaxSlots> decoding_{};
   std::atomic<uint64_t> reused_prefix_tokens_{0};
   std::atomic<uint64_t> prefix_hits_{0};
   std::atomic<uint64_t> prefix_misses_{0};

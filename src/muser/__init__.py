@@ -17,21 +17,25 @@ from muser.errors import (
     MuserError,
     Overloaded,
     SlotReleased,
+    SessionFileError,
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
-from muser.engine import Engine, Session, SessionSnapshot
+from muser.engine import BackendInfo, Engine, Session, SessionSnapshot, backends
 from muser.pool import CancelToken, Lease, Slot, SlotPool
+from muser import limits
 from muser import models
 from muser import sampling
 from muser.sampling.params import SamplingParams
 from muser.types import GenerationChunk
 from muser.grammar import Grammar
 from muser.generation import astream, chat, generate, stream
+from muser import embeddings, openai
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackendInfo",
     "CancelToken",
     "Engine",
     "Lease",
@@ -39,12 +43,16 @@ __all__ = [
     "SessionSnapshot",
     "Slot",
     "SlotPool",
+    "embeddings",
+    "limits",
     "models",
+    "openai",
     "sampling",
     "SamplingParams",
     "GenerationChunk",
     "Grammar",
     "astream",
+    "backends",
     "chat",
     "generate",
     "stream",
@@ -59,5 +67,6 @@ __all__ = [
     "MuserError",
     "Overloaded",
     "SlotReleased",
+    "SessionFileError",
     "Unhealthy",
 ]

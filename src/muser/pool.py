@@ -23,7 +23,7 @@ and joins the pool's in-flight generations, then latches it.
 
 from __future__ import annotations
 
-import operator
+import logging
 import threading
 import weakref
 from collections import Counter
@@ -32,14 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from muser import _core
+from muser import _core, limits
 from muser.engine import Engine, Session
-from muser.errors import InternalError, SlotReleased, Unhealthy
+from muser.errors import InternalError, Overloaded, SlotReleased, Unhealthy
+from muser.keywords import checked_keywords
 
 __all__ = ["CancelToken", "Lease", "Slot", "SlotPool"]
 
 CancelToken = _core.CancelToken
 """A sticky, thread-safe cancellation flag: ``token.cancel()``, ``token.cancelled``."""
+
+log = logging.getLogger("muser")
 
 # Exceptions after which a slot's state (or the accelerator's) is unknown:
 # a lease ending with one of these latches the pool unhealthy.
@@ -83,7 +86,8 @@ class Slot:
             Unhealthy: the pool latched (even for leases already held).
         """
         self._check_leased()
-        self._pool._core.prefill(self.index, [operator.index(t) for t in tokens], self._cancel)
+        ids = limits.check_token_ids("tokens", tokens, self._pool.engine.n_vocab)
+        self._pool._core.prefill(self.index, list(ids), self._cancel)
 
     def decode(self, token: int) -> None:
         """Append one token, packed with concurrent decodes of other slots.
@@ -95,7 +99,8 @@ class Slot:
             Unhealthy: the pool latched (even for leases already held).
         """
         self._check_leased()
-        self._pool._core.decode(self.index, operator.index(token), self._cancel)
+        (token,) = limits.check_token_ids("token", (token,), self._pool.engine.n_vocab)
+        self._pool._core.decode(self.index, token, self._cancel)
 
     @property
     def logits(self) -> np.ndarray | None:
@@ -124,7 +129,10 @@ class Slot:
             ValueError: ``n_keep`` larger than ``n_past``. The slot is unchanged on any failure.
         """
         self._check_leased()
-        return self._pool._core.context_shift(self.index, operator.index(n_keep), self._cancel)
+        n_keep = limits.check_int("n_keep", n_keep, 0, self.n_past)
+        n_past = self._pool._core.context_shift(self.index, n_keep, self._cancel)
+        log.info("slot %d: context shift (kept %d tokens at the start), now %d tokens", self.index, n_keep, n_past)
+        return n_past
 
 
 class Lease:
@@ -146,7 +154,7 @@ class Lease:
     def __enter__(self) -> Slot:
         return self.slot
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.release(healthy=not (exc is not None and isinstance(exc, _UNKNOWN_STATE)))
 
     def release(self, healthy: bool = True) -> None:
@@ -154,7 +162,10 @@ class Lease:
         if not self._released:
             self._released = True
             self.slot._released = True  # before the core release: the slot may be re-leased at once
+            if not healthy:
+                log.warning("slot %d ended in an unknown state: the pool is now unhealthy", self.slot.index)
             self._pool._core.release(self.slot.index, healthy)
+            log.debug("released slot %d", self.slot.index)
 
 
 class SlotPool:
@@ -166,38 +177,37 @@ class SlotPool:
         max_waiting: callers that may queue for a slot; one more raises Overloaded.
         max_context: each slot's context limit (default ``min(4096, training context)``).
         batch_window_us: how long a decode step waits for other slots' steps to
-            join its group (only while more could still arrive; unused with one slot).
+            join its group (only while more could still arrive; unused with one slot);
+            0 to ``muser.limits.MAX_BATCH_WINDOW_US``.
 
     Raises:
         ValueError: an argument outside its range.
     """
 
+    @checked_keywords
     def __init__(
         self,
         engine: Engine,
-        slots: int = 4,
-        max_waiting: int = 64,
+        slots: int = _core.MAX_SLOTS,
+        max_waiting: int = _core.DEFAULT_MAX_WAITING,
         *,
         max_context: int | None = None,
-        batch_window_us: float = 250.0,
+        batch_window_us: float = _core.DEFAULT_BATCH_WINDOW_US,
     ) -> None:
         if not isinstance(engine, Engine):
             raise TypeError(f"engine must be a muser.Engine, got {type(engine).__name__}")
-        slots, max_waiting = operator.index(slots), operator.index(max_waiting)
-        if not 1 <= slots <= 4:
-            raise ValueError(f"slots must be 1..4, got {slots}")
-        if max_waiting < 0:
-            raise ValueError(f"max_waiting must be >= 0, got {max_waiting}")
+        slots = limits.check_int("slots", slots, 1, _core.MAX_SLOTS)
+        max_waiting = limits.check_int("max_waiting", max_waiting, 0)
+        context_length = int(engine.config["context_length"])
         if max_context is None:
-            max_context = min(4096, int(engine.config["context_length"]))
-        max_context = operator.index(max_context)
-        if not 1 <= max_context <= int(engine.config["context_length"]):
-            raise ValueError(f"max_context must be 1..{engine.config['context_length']}, got {max_context}")
-        if batch_window_us < 0:
-            raise ValueError(f"batch_window_us must be >= 0, got {batch_window_us}")
+            max_context = min(_core.DEFAULT_MAX_CONTEXT, context_length)
+        max_context = limits.check_int("max_context", max_context, 1, context_length)
+        batch_window_us = limits.check_batch_window_us(batch_window_us)
         self.engine = engine
         self.max_context = max_context
         self._core = _core.SlotPool(engine._core, slots, max_waiting, max_context, float(batch_window_us))
+        log.info("slot pool: %d slots, max_context %d, max_waiting %d, batch window %g us",
+                 slots, max_context, max_waiting, batch_window_us)
         # Generations running on this pool (muser.generation registers them),
         # so close() can cancel and join them; and their outcome counts.
         self._requests: weakref.WeakSet = weakref.WeakSet()
@@ -225,12 +235,19 @@ class SlotPool:
 
         Raises:
             Overloaded: ``max_waiting`` callers are already queued.
-            TimeoutError: no slot freed up within ``timeout`` seconds.
+            TimeoutError: no slot freed up within ``timeout`` seconds (``None`` or
+                ``inf`` waits without limit; NaN or a negative value is a ValueError).
             Cancelled: ``cancel`` was cancelled while waiting.
             Unhealthy: the pool latched unhealthy; make a new one.
         """
-        tokens = [operator.index(t) for t in prompt]
-        index, reused = self._core.acquire(tokens, timeout, cancel)
+        tokens = limits.check_token_ids("prompt", prompt, self.engine.n_vocab)
+        try:
+            index, reused = self._core.acquire(tokens, limits.check_timeout("timeout", timeout), cancel)
+        except Overloaded:
+            log.warning("slot pool overloaded: %d callers already waiting", self._core.stats()["admission"]
+                        .get("waiting", -1))
+            raise
+        log.debug("acquired slot %d (%d of %d prompt tokens already cached)", index, reused, len(tokens))
         return Lease(self, Slot(self, index, reused, cancel))
 
     @property

@@ -128,8 +128,11 @@ def test_stats_count_outcomes_and_split_the_time(tiny):
     token = muser.CancelToken()
     for chunk in muser.stream(pool, [4, 5], max_tokens=500, cancel=token, temperature=0):
         token.cancel()
-    with pytest.raises(ValueError):
-        muser.generate(pool, [tiny.n_vocab + 1], max_tokens=3)  # fails in its prefill
+    def failing_processor(token_ids, logits):
+        raise RuntimeError("a logits processor failed")
+
+    with pytest.raises(RuntimeError):
+        muser.generate(pool, [1, 2], max_tokens=3, logits_processors=[failing_processor])
     stats = pool.stats()
     assert stats["requests"] == {"finished": 2, "failed": 1, "cancelled": 1, "deadline_exceeded": 0}
     assert stats["prefix_hits"] >= 1 and stats["prefix_misses"] >= 1
