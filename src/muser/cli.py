@@ -7,15 +7,18 @@ Every command defaults to the default registry model, so a newcomer can type
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Sequence
 
 from muser import models
 
 if TYPE_CHECKING:
     import muser
+    from muser.types import GenerationChunk
 from muser.errors import MuserError
 
 
@@ -66,13 +69,25 @@ def _sampling(args: argparse.Namespace) -> dict[str, Any]:
                 seed=args.seed)
 
 
+@contextlib.contextmanager
+def _closing(chunks: Iterator[GenerationChunk]) -> Iterator[Iterator[GenerationChunk]]:
+    """Closes the stream on leaving the block for any reason (Ctrl-C, a closed
+    pipe), which cancels its request."""
+    try:
+        yield chunks
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     import muser
 
     engine = _engine(args.model, args.threads)
     last = None
     # Leaving the block for any reason (Ctrl-C, a closed pipe) cancels the request.
-    with muser.stream(engine, args.prompt, **_sampling(args)) as chunks:
+    with _closing(muser.stream(engine, args.prompt, **_sampling(args))) as chunks:
         for chunk in chunks:
             print(chunk.text, end="", flush=True)
             last = chunk
@@ -114,8 +129,8 @@ def _cmd_chat(args: argparse.Namespace) -> int:
                 return 0
         messages.append({"role": "user", "content": user})
         reply = []
-        with muser.chat(engine, messages, stream=True, template=_template(args.template),
-                        **_sampling(args)) as chunks:
+        with _closing(muser.chat(engine, messages, stream=True, template=_template(args.template),
+                                 **_sampling(args))) as chunks:
             for chunk in chunks:
                 print(chunk.text, end="", flush=True)
                 reply.append(chunk.text)

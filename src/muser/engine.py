@@ -260,10 +260,10 @@ class Engine:
         self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
         self._default_pool: SlotPool | None = None
         self._sha256: str | None = None
-        self._pools: weakref.WeakSet = weakref.WeakSet()  # every SlotPool made on this engine
+        self._pools: weakref.WeakSet[SlotPool] = weakref.WeakSet()  # every SlotPool made on this engine
         self._pools_lock = threading.Lock()  # WeakSets are not thread-safe
 
-    def _add_pool(self, pool) -> None:
+    def _add_pool(self, pool: SlotPool) -> None:
         with self._pools_lock:
             self._pools.add(pool)
 
@@ -280,7 +280,7 @@ class Engine:
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.close()
 
     @property

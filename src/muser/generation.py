@@ -139,7 +139,7 @@ def _make_options(
     context_shift: bool = False,
     n_keep: int = 0,
     timeout: float | None = None,
-    consumer_timeout: float = CONSUMER_TIMEOUT_S,
+    consumer_timeout: float | None = CONSUMER_TIMEOUT_S,
     special: bool = False,
     logits_processors: Sequence[LogitsProcessor] | None = None,
     stopping_criteria: Sequence[StoppingCriterion] | None = None,
@@ -299,10 +299,11 @@ class _Request:
         if self.collected is not None:
             self.collected.append(chunk)
             return
+        channel = cast(_Channel, self.channel)  # no list to collect into: a channel
         stalled_since = None
         while True:
             try:
-                if self.channel.offer(chunk, timeout=_STALL_POLL_S):
+                if channel.offer(chunk, timeout=_STALL_POLL_S):
                     return
             except RuntimeError:
                 raise Cancelled("the event loop consuming the stream was closed") from None
@@ -362,7 +363,7 @@ class _Request:
             self.collected.append(chunk)
             return
         try:
-            delivered = self.channel.offer(chunk, timeout=0)
+            delivered = cast(_Channel, self.channel).offer(chunk, timeout=0)
         except RuntimeError:
             delivered = False
         if not delivered:
@@ -546,7 +547,7 @@ class _Stream(Iterator[GenerationChunk]):
         if self._finished:
             raise StopIteration
         try:
-            item = self._request.channel.get()
+            item = cast(_Channel, self._request.channel).get()
         except BaseException:
             self.close()
             raise
@@ -555,7 +556,7 @@ class _Stream(Iterator[GenerationChunk]):
             if self._request.error is not None:
                 raise self._request.error
             raise StopIteration
-        return item
+        return cast(GenerationChunk, item)
 
     def close(self) -> None:
         if not self._finished:
@@ -565,7 +566,7 @@ class _Stream(Iterator[GenerationChunk]):
     def __enter__(self) -> _Stream:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -600,20 +601,54 @@ def _split(kwargs: Mapping[str, Any], function: str,
     return _options(function, rest, own), cancel, parse_special
 
 
+def _chunks(request: _Request) -> Iterator[GenerationChunk]:
+    """The chunks of a request started with a channel; leaving early cancels it."""
+    with _Stream(request) as chunks:
+        yield from chunks
+
+
 def _collect(requests: list[_Request]) -> list[list[GenerationChunk]]:
-    """Every chunk of every request (started with ``collect=True``: no
-    channel, so none of them waits for a reader). An exception while waiting
-    (Ctrl-C) cancels and joins every request before it propagates."""
-    try:
+    """Every chunk of every request. Requests started with ``collect=True``
+    (no channel) are joined; channel requests are drained concurrently (one
+    whose chunks nobody read could be cancelled as stalled). An exception
+    while waiting (Ctrl-C) cancels and joins every request before it
+    propagates."""
+    if all(request.collected is not None for request in requests):
+        try:
+            for request in requests:
+                request.thread.join()
+        except BaseException:
+            _shutdown(requests, _EXIT_JOIN_S)
+            raise
         for request in requests:
-            request.thread.join()
+            if request.error is not None:
+                raise request.error
+        return [request.collected or [] for request in requests]
+
+    results: list[list[GenerationChunk]] = [[] for _ in requests]
+    errors: list[BaseException | None] = [None] * len(requests)
+
+    def drain(index: int) -> None:
+        try:
+            results[index] = list(_chunks(requests[index]))
+        except BaseException as exc:  # re-raised in the caller's thread below
+            errors[index] = exc
+
+    helpers = [threading.Thread(target=drain, args=(i,), name=f"muser-collect-{i}", daemon=True)
+               for i in range(1, len(requests))]
+    try:
+        for helper in helpers:
+            helper.start()
+        drain(0)
+        for helper in helpers:
+            helper.join()
     except BaseException:
         _shutdown(requests, _EXIT_JOIN_S)
         raise
-    for request in requests:
-        if request.error is not None:
-            raise request.error
-    return [request.collected or [] for request in requests]
+    for error in errors:
+        if error is not None:
+            raise error
+    return results
 
 
 def _text(chunks: list[GenerationChunk]) -> str:

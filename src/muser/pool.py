@@ -210,9 +210,9 @@ class SlotPool:
                  slots, max_context, max_waiting, batch_window_us)
         # Generations running on this pool (muser.generation registers them),
         # so close() can cancel and join them; and their outcome counts.
-        self._requests: weakref.WeakSet = weakref.WeakSet()
+        self._requests: weakref.WeakSet[Any] = weakref.WeakSet()
         self._telemetry_lock = threading.Lock()  # also guards _requests (WeakSets are not thread-safe)
-        self._outcomes: Counter = Counter()
+        self._outcomes: Counter[str] = Counter()
         self._sampling_ns = 0
         self._closed = False
         engine._add_pool(self)
@@ -320,7 +320,7 @@ class SlotPool:
     def __enter__(self) -> SlotPool:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
