@@ -9,6 +9,7 @@ from __future__ import annotations
 from muser.errors import (
     Cancelled,
     ContextOverflow,
+    DeadlineExceeded,
     DeviceMemoryError,
     FetchError,
     GrammarError,
@@ -16,6 +17,7 @@ from muser.errors import (
     ModelFormatError,
     MuserError,
     Overloaded,
+    SlotReleased,
     SessionFileError,
     Unhealthy,
 )
@@ -57,6 +59,7 @@ __all__ = [
     "stream",
     "Cancelled",
     "ContextOverflow",
+    "DeadlineExceeded",
     "DeviceMemoryError",
     "FetchError",
     "Grammar",
@@ -65,6 +68,7 @@ __all__ = [
     "ModelFormatError",
     "MuserError",
     "Overloaded",
+    "SlotReleased",
     "SessionFileError",
     "Unhealthy",
 ]

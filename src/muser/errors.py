@@ -14,10 +14,12 @@ __all__ = [
     "Overloaded",
     "Unhealthy",
     "Cancelled",
+    "DeadlineExceeded",
     "GrammarError",
     "InternalError",
     "DeviceMemoryError",
     "FetchError",
+    "SlotReleased",
     "SessionFileError",
 ]
 
@@ -50,6 +52,16 @@ class Unhealthy(MuserError):
 
 class Cancelled(MuserError):
     """A request was cancelled by its caller or because its consumer stalled."""
+
+
+class DeadlineExceeded(MuserError, TimeoutError):
+    """A request ran past its ``timeout`` (the deadline for the whole request:
+    waiting for a slot, prefill and generation). Its slot was freed."""
+
+
+class SlotReleased(MuserError, RuntimeError):
+    """A :class:`muser.Slot` was used after its lease ended; the slot may
+    already serve another request, so nothing was done."""
 
 
 class GrammarError(MuserError, ValueError):
