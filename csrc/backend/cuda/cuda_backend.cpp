@@ -421,6 +421,18 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
   for (size_t i = 0; i < inputs.outputs.size(); ++i) {
     std::memcpy(inputs.outputs[i], rows + i * logits.cols, logits.cols * sizeof(float));
   }
+  // Embeddings: the final hidden states of the rows that asked, read after
+  // the step (the stream is idle; embedding steps are prefills, never graph
+  // replays on the decode path, so a plain synchronous copy is enough).
+  if (graph.hidden != kNoTensor) {
+    const size_t n_embd = graph.tensor(graph.hidden).cols;
+    const float* hidden = act(c, graph.hidden);
+    for (size_t r = 0; r < inputs.hidden.size(); ++r) {
+      if (inputs.hidden[r] == nullptr) continue;
+      check_cuda(cudaMemcpy(inputs.hidden[r], hidden + r * n_embd, n_embd * sizeof(float), cudaMemcpyDeviceToHost),
+                 "copy hidden states");
+    }
+  }
 }
 
 }  // namespace cuda

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_error.h"
+#include "core/error.h"
 
 namespace muser::cuda {
 namespace {
@@ -85,6 +86,32 @@ std::unique_ptr<KvStorage> CudaKvStorage::clone(size_t global_rows) const {
                      ring_cap_);
   }
   return copy;
+}
+
+std::unique_ptr<KvStorage> CudaKvStorage::empty() const { return std::make_unique<CudaKvStorage>(layout_); }
+
+uint8_t* CudaKvStorage::row_address(uint32_t il, bool value, size_t row) const {
+  if (il >= layout_.layers.size()) throw InternalError("[cuda kv] layer " + std::to_string(il) + " out of range");
+  const KvLayerDesc& d = layout_.layers[il];
+  const size_t cap = d.window != 0 ? ring_cap_ : global_cap_;
+  if (row >= cap) {
+    throw InternalError("[cuda kv] plane row " + std::to_string(row) + " of layer " + std::to_string(il) +
+                        " not grown: " + std::to_string(cap) + " rows held");
+  }
+  const size_t width = value ? d.v_width : d.k_width;
+  return planes_.as<uint8_t>() + plane_offset(il, value, global_cap_, ring_cap_) + row * width * 2;
+}
+
+void CudaKvStorage::read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const {
+  const KvLayerDesc& d = layout_.layers.at(il);
+  check_cuda(cudaMemcpy(k, row_address(il, false, row), d.k_width * 2, cudaMemcpyDeviceToHost), "read KV row");
+  check_cuda(cudaMemcpy(v, row_address(il, true, row), d.v_width * 2, cudaMemcpyDeviceToHost), "read KV row");
+}
+
+void CudaKvStorage::write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) {
+  const KvLayerDesc& d = layout_.layers.at(il);
+  copy_to_device(row_address(il, false, row), k, d.k_width * 2, "write KV row");
+  copy_to_device(row_address(il, true, row), v, d.v_width * 2, "write KV row");
 }
 
 }  // namespace muser::cuda

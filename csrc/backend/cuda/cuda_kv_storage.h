@@ -28,6 +28,11 @@ class CudaKvStorage final : public KvStorage {
   // full, leaving every row where it was.
   void grow(size_t global_rows, size_t ring_rows) override;
   std::unique_ptr<KvStorage> clone(size_t global_rows) const override;
+  std::unique_ptr<KvStorage> empty() const override;
+  // Saved sessions only (one synchronous copy per plane row; never on the
+  // forward path).
+  void read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const override;
+  void write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) override;
   size_t bytes() const override { return planes_.bytes() + table_.bytes(); }
 
   const uint16_t* const* device_table() const { return table_.as<const uint16_t* const>(); }
@@ -39,6 +44,9 @@ class CudaKvStorage final : public KvStorage {
                   size_t keep_ring);
   size_t plane_offset(uint32_t il, bool value, size_t global_cap, size_t ring_cap) const;
   size_t total_bytes(size_t global_cap, size_t ring_cap) const;
+  // Device addresses of plane row `row` of layer il; InternalError when the
+  // row was never grown.
+  uint8_t* row_address(uint32_t il, bool value, size_t row) const;
 
   KvLayout layout_;
   size_t global_cap_ = 0, ring_cap_ = 0;
