@@ -147,8 +147,8 @@ def _make_options(
 ) -> _Options:
     max_tokens = limits.check_int("max_tokens", max_tokens, 1)
     top_logprobs = limits.check_int("top_logprobs", top_logprobs, 0)
-    consumer_timeout = limits.check_timeout("consumer_timeout", consumer_timeout)
-    if consumer_timeout == 0:
+    consumer_wait = limits.check_timeout("consumer_timeout", consumer_timeout)
+    if consumer_wait == 0:
         raise ValueError("consumer_timeout must be > 0 seconds (or None: never cancel a slow consumer)")
     if grammar is not None and not isinstance(grammar, Grammar):
         raise TypeError(f"grammar must be a muser.Grammar, got {type(grammar).__name__}")
@@ -165,7 +165,7 @@ def _make_options(
         grammar=grammar, logprobs=logprobs, top_logprobs=top_logprobs, echo=echo,
         context_shift=context_shift, n_keep=limits.check_int("n_keep", n_keep, 0),
         timeout=limits.check_timeout("timeout", timeout),
-        consumer_timeout=consumer_timeout, params=SamplingParams(**sampling), special=special,
+        consumer_timeout=consumer_wait, params=SamplingParams(**sampling), special=special,
         logits_processors=processors, stopping_criteria=criteria,
     )
 
