@@ -17,6 +17,7 @@ __all__ = [
     "DeadlineExceeded",
     "GrammarError",
     "InternalError",
+    "DeviceMemoryError",
     "FetchError",
     "SlotReleased",
     "SessionFileError",
@@ -69,6 +70,15 @@ class GrammarError(MuserError, ValueError):
 
 class InternalError(MuserError):
     """A broken internal invariant in muser. Please report it."""
+
+
+class DeviceMemoryError(MuserError, MemoryError):
+    """An accelerator (GPU) ran out of memory.
+
+    The message names the model and what was being allocated (weights, or a
+    session's KV for its context). Nothing was changed: free sessions, use
+    fewer slots or a shorter ``max_context``, or pick ``backend="cpu"``.
+    """
 
 
 class FetchError(MuserError):
