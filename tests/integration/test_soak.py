@@ -132,7 +132,8 @@ def test_four_hundred_mixed_requests_end_typed_and_leak_nothing(tmp_path):
     assert stats["admission"]["in_use"] == 0 and stats["admission"]["waiting"] == 0
     assert pool.healthy, pool.unhealthy_reason
     requests = stats["requests"]
-    assert requests["deadline_exceeded"] >= 1 and requests["cancelled"] >= 1 and requests["failed"] >= 1
+    # (Invalid prompt tokens are refused before a request starts, so none "failed".)
+    assert requests["deadline_exceeded"] >= 1 and requests["cancelled"] >= 1
 
     gc.collect()
     assert _rss_bytes() <= rss_after_50[0] * 1.05, (_rss_bytes(), rss_after_50[0])
