@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nanobind/ndarray.h>
@@ -11,12 +12,13 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 
 #include "bindings/bindings.h"
 #include "core/cancel_token.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
-#include "backend/accelerators.h"
+#include "backend/registry.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "tokenizer/tokenizer.h"
@@ -48,7 +50,7 @@ nb::dict engine_config(const Engine& engine) {
   const GgufFile& file = engine.file();
   nb::dict c;
   c["architecture"] = hp.arch_name;
-  c["family"] = arch_family_name(hp.arch);
+  c["family"] = hp.family;
   c["name"] = python_str_or_bytes(file.get_string("general.name", ""));
   c["backend"] = engine.backend_name();
   c["threads"] = engine.threads();
@@ -75,7 +77,7 @@ nb::dict engine_config(const Engine& engine) {
   for (const auto& layer : hp.layers) sliding.append(layer.sliding);
   c["sliding_layers"] = sliding;
   c["final_logit_softcapping"] = hp.final_logit_softcap;
-  c["tied_output"] = engine.model().weights.tied_output;
+  c["tied_output"] = engine.model().tied_output;
 
   // Special tokens and tokenizer flags, when the file states them.
   nb::dict special;
@@ -98,7 +100,28 @@ nb::dict engine_config(const Engine& engine) {
 }  // namespace
 
 void init_engine(nb::module_& m) {
-  m.def("available_backends", &available_backends, "Backend names this build can run (besides 'auto').");
+  m.def(
+      "available_backends",
+      [] {
+        std::vector<std::string> names;
+        for (const BackendInfo& info : list_backends()) {
+          if (info.usable) names.push_back(info.name);
+        }
+        return names;
+      },
+      "Backend names this build can run here (besides 'auto').");
+  m.def(
+      "backends",
+      [] {
+        std::vector<std::tuple<std::string, bool, std::string>> out;
+        for (const BackendInfo& info : list_backends()) out.emplace_back(info.name, info.usable, info.reason);
+        return out;
+      },
+      "Every backend muser knows, in 'auto' preference order: (name, usable here, why not).");
+  m.def(
+      "resolve_backend", &resolve_backend, nb::arg("name"),
+      "The backend Engine(backend=name) would run ('auto' resolved); ValueError saying why for an "
+      "unusable or unknown name.");
   nb::class_<SessionSnapshot>(m, "SessionSnapshot",
                               "A frozen copy of a session (KV, tokens, logits). Immutable; restore it "
                               "into any session of the same engine and max_context, any number of times.")

@@ -54,55 +54,62 @@ void require_2d(const TensorInfo& w, const char* where) {
 
 }  // namespace
 
-void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
-            const KernelSet& kernels) {
+MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t threads) {
   require_2d(w, "matmul");
   const uint32_t type_id = static_cast<uint32_t>(w.type);
-  const TileFn tile = type_id < kMaxTypeId ? kernels.tile[type_id] : nullptr;
-  if (tile == nullptr) {
+  MatmulJob job;
+  job.tile = type_id < kMaxTypeId ? kernels.tile[type_id] : nullptr;
+  if (job.tile == nullptr) {
     throw InvalidArgument(format_where("matmul", std::string("no ") + isa_name(kernels.isa) +
                                                      " kernel for " + dtype_info(w.type).name));
   }
-  if (n_rows == 0) return;
+  job.n_in = static_cast<size_t>(w.ne[0]);
+  job.n_out = static_cast<size_t>(w.ne[1]);
+  job.w = w.data;
+  job.w_row_bytes = static_cast<size_t>(row_bytes(w.type, w.ne[0]));
+  const ActivationFormat format = activation_format(w.type);
+  job.format = static_cast<uint32_t>(format);
+  job.act_row_bytes = activation_row_bytes(format, job.n_in);
+  job.quantize = kernels.quantize[static_cast<uint32_t>(format)];
+  // Split the output rows into fixed chunks; every element's value is
+  // independent of the split (KernelSet contract), so only speed depends on it.
+  threads = std::max<size_t>(threads, 1);
+  size_t chunk = (job.n_out + threads * kTasksPerThread - 1) / (threads * kTasksPerThread);
+  job.chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
+  job.n_chunks = (job.n_out + job.chunk - 1) / job.chunk;
+  return job;
+}
 
-  const size_t n_in = static_cast<size_t>(w.ne[0]);
-  const size_t n_out = static_cast<size_t>(w.ne[1]);
-  const size_t w_row_bytes = static_cast<size_t>(row_bytes(w.type, w.ne[0]));
-
+void MatmulJob::quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const {
   // Each activation row is quantized once, independently of the others, so
   // its bytes do not depend on n_rows or on the threads.
-  const ActivationFormat format = activation_format(w.type);
-  const size_t act_row_bytes = activation_row_bytes(format, n_in);
-  AlignedBytes act = allocate_aligned(act_row_bytes * n_rows);
-  const QuantizeFn quantize = kernels.quantize[static_cast<uint32_t>(format)];
-  const auto quantize_rows = [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) quantize(x + r * n_in, act.get() + r * act_row_bytes, n_in);
-  };
+  for (size_t r = first; r < last; ++r) quantize(x + r * n_in, act + r * act_row_bytes, n_in);
+}
+
+void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const {
+  // One tile call per chunk: the kernels block for the caches themselves
+  // and may reorganize the activation rows once per call.
+  const size_t first = c * chunk;
+  const size_t rows = std::min(n_out, first + chunk) - first;
+  tile(n_in, w + first * w_row_bytes, w_row_bytes, rows, act, act_row_bytes, n_rows, y + first, n_out);
+}
+
+void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
+            const KernelSet& kernels) {
+  const MatmulJob job = MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size()));
+  if (n_rows == 0) return;
+  AlignedBytes act = allocate_aligned(job.act_row_bytes * n_rows);
   if (n_rows <= kQuantizeRowsPerTask || pool.size() == 1) {
-    quantize_rows(0, n_rows);
+    job.quantize_rows(x, 0, n_rows, act.get());
   } else {
     const size_t n_tasks = (n_rows + kQuantizeRowsPerTask - 1) / kQuantizeRowsPerTask;
     pool.parallel_for(n_tasks, [&](size_t task, int) {
       const size_t first = task * kQuantizeRowsPerTask;
-      quantize_rows(first, std::min(n_rows, first + kQuantizeRowsPerTask));
+      job.quantize_rows(x, first, std::min(n_rows, first + kQuantizeRowsPerTask), act.get());
     });
   }
-
-  // Split the output rows into fixed chunks; every element's value is
-  // independent of the split (KernelSet contract), so only speed depends on it.
-  const size_t threads = static_cast<size_t>(pool.size());
-  size_t chunk = (n_out + threads * kTasksPerThread - 1) / (threads * kTasksPerThread);
-  chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
-  const size_t n_tasks = (n_out + chunk - 1) / chunk;
   const uint8_t* act_bytes = act.get();
-  pool.parallel_for(n_tasks, [&](size_t task, int) {
-    // One tile call per chunk: the kernels block for the caches themselves
-    // and may reorganize the activation rows once per call.
-    const size_t first = task * chunk;
-    const size_t rows = std::min(n_out, first + chunk) - first;
-    tile(n_in, w.data + first * w_row_bytes, w_row_bytes, rows, act_bytes, act_row_bytes, n_rows,
-         y + first, n_out);
-  });
+  pool.parallel_for(job.n_chunks, [&](size_t c, int) { job.run_chunk(c, act_bytes, n_rows, y); });
 }
 
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
