@@ -20,6 +20,9 @@
 using namespace metal;
 
 #define MUSER_ATTN_DIMS_PER_LANE (MUSER_METAL_MAX_HEAD_DIM / MUSER_METAL_SIMD_WIDTH)
+// A finite "minus infinity": exp(kNoScore - s) underflows to 0 without relying
+// on infinities, which fast-math compilation may not honour.
+#define MUSER_ATTN_NO_SCORE (-0.5f * FLT_MAX)
 
 kernel void attention_f16(device const float* q [[buffer(0)]], device const half* k_plane [[buffer(1)]],
                           device const half* v_plane [[buffer(2)]], device const uint2* ranges [[buffer(3)]],
@@ -44,7 +47,7 @@ kernel void attention_f16(device const float* q [[buffer(0)]], device const half
     q_lane[i] = d < args.head_dim_k ? qh[d] : 0.0f;
     acc[i] = 0.0f;
   }
-  float running_max = -INFINITY;
+  float running_max = MUSER_ATTN_NO_SCORE;
   float running_sum = 0.0f;
   for (uint p = first + simdgroup; p <= last; p += args.simdgroups) {
     const uint plane_row = args.ring_rows != 0 ? p % args.ring_rows : p;
@@ -82,7 +85,7 @@ kernel void attention_f16(device const float* q [[buffer(0)]], device const half
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  float global_max = -INFINITY;
+  float global_max = MUSER_ATTN_NO_SCORE;
   for (uint g = 0; g < args.simdgroups; ++g) global_max = max(global_max, maxima[g]);
   float total = 0.0f;
   for (uint g = 0; g < args.simdgroups; ++g) {

@@ -62,3 +62,12 @@ kernel void softcap_f32(device const float* x [[buffer(0)]], device float* out [
   if (i >= args.n) return;
   out[ulong(position.y) * args.out_stride + i] = args.value * tanh(x[ulong(position.y) * args.a_stride + i] / args.value);
 }
+
+// out = x (columns from x's slice offset; the host binds x at that offset)
+kernel void copy_f32(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                     constant ElementwiseArgs& args [[buffer(2)]],
+                     uint3 position [[thread_position_in_grid]]) {
+  const uint i = position.x;
+  if (i >= args.n) return;
+  out[ulong(position.y) * args.out_stride + i] = x[ulong(position.y) * args.a_stride + i];
+}

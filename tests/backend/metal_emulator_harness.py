@@ -1,14 +1,19 @@
-"""Builds the Metal emulator test binary and runs ops on it.
+"""Builds the Metal emulator test programs and runs ops and engines on them.
 
-The binary (tests/metal_emulator/op_runner.cpp) links the real op logic of
-csrc/backend/metal/ops_encode.cpp, every kernel of metal/*.metal compiled as
-C++ against the metal_stdlib shim, the coroutine emulator, and the
-emulator's self-test kernels; all with AddressSanitizer and
-UndefinedBehaviorSanitizer. It is built once per test session.
+The CMake project's MUSER_METAL_EMULATOR build (tests/metal_emulator/
+emulator.cmake) makes, with clang, AddressSanitizer and UBSan:
+- metal_op_runner: the real op logic of csrc/backend/metal/ops_encode.cpp
+  over every kernel of metal/*.metal compiled as C++ against the
+  metal_stdlib shim, on the coroutine emulator (plus its self-test kernels);
+- metal_engine_runner: the whole engine with backend "metal", i.e. the real
+  Objective-C++ host (csrc/backend/metal/*.mm) over the fake Metal framework
+  over the emulator.
+Built once per test session (a few minutes of CPU on two cores).
 
-Needs clang >= 15 (for _Float16 on x86-64) with the sanitizer runtimes:
-Debian's clang-16 and libclang-rt-16-dev, which the README's test command
-installs (tools/test-system-packages.txt). Set MUSER_CLANG to use another.
+Needs clang >= 15 (_Float16 on x86-64) with the sanitizer runtimes, GCC's
+Objective-C runtime and llvm-symbolizer: Debian's clang-16,
+libclang-rt-16-dev, libobjc-12-dev and llvm, which the README's test command
+installs (tools/test-system-packages.txt). MUSER_CLANG picks another clang.
 """
 
 from __future__ import annotations
@@ -18,33 +23,21 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-EMULATOR = REPO / "tests" / "metal_emulator"
-KERNEL_FILES = sorted((REPO / "metal").glob("*.metal")) + [EMULATOR / "selftest_kernels.metal"]
-SUPPORT_SOURCES = [
-    EMULATOR / "emulator.cpp",
-    EMULATOR / "emulator_encoder.cpp",
-    EMULATOR / "op_runner.cpp",
-    REPO / "csrc" / "backend" / "metal" / "ops_encode.cpp",
-    REPO / "csrc" / "core" / "error.cpp",
-    REPO / "csrc" / "tensor" / "dtype.cpp",
-]
-SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-# -ffp-contract=off: no a*b+c fusion, so kernels compute what the reference's
-# separately rounded operations compute (rope, get_rows are then bitwise).
-COMMON_FLAGS = ["-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer", "-ffp-contract=off",
-                "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror",
-                f"-I{REPO / 'csrc'}", f"-I{EMULATOR}"]
-KERNEL_FLAGS = ["-D__METAL_VERSION__=300", f"-I{EMULATOR / 'include'}", f"-I{REPO / 'metal'}"]
+SANITIZE = ("-fsanitize=address,undefined -fno-sanitize-recover=all "
+            # No fake stacks: each coroutine switch would map and unmap one.
+            "-fsanitize-address-use-after-return=never")
+# -ffp-contract=off (set by the project for the engine, here for all): no
+# a*b+c fusion, so kernels compute what the reference's separately rounded
+# operations compute (rope, get_rows, add, scale are then bitwise).
+FLAGS = f"-O1 -g -fno-omit-frame-pointer -ffp-contract=off {SANITIZE}"
 ORDERS = ["forward", "reverse", "random"]
 RUN_ENV = {
-    # The emulator switches stacks with ucontext (annotated for ASan); leak
-    # checking is off because it needs ptrace, which sandboxes often forbid.
+    # Leak checking needs ptrace, which sandboxes often forbid.
     "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
     "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
 }
@@ -67,43 +60,31 @@ def find_clang() -> str:
             return path
     raise ToolchainMissing(
         "the Metal emulator tests need clang >= 15 with sanitizer runtimes; "
-        "run `bash tools/install-test-system-packages.sh` (installs clang-16 and libclang-rt-16-dev) "
-        "or set MUSER_CLANG")
+        "run `bash tools/install-test-system-packages.sh` (installs clang-16, libclang-rt-16-dev, "
+        "libobjc-12-dev, llvm) or set MUSER_CLANG")
 
 
-def _compile(clang: str, source: Path, obj: Path, extra: list[str]) -> None:
-    cmd = [clang, *COMMON_FLAGS, *extra, *SANITIZERS, "-c", str(source), "-o", str(obj)]
+def _run(cmd: list[str], what: str) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"compiling {source} failed:\n{done.stderr}")
+        raise RuntimeError(f"{what} failed ({' '.join(cmd)}):\n{done.stdout[-8000:]}\n{done.stderr[-8000:]}")
 
 
-def build(out_dir: Path) -> Path:
-    """Generates the kernel translation units, compiles everything, links op_runner."""
+def build(out_dir: Path) -> dict[str, Path]:
+    """Configures and builds the emulator programs; returns their paths by name."""
     clang = find_clang()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = []
-    for metal in KERNEL_FILES:
-        generated = out_dir / f"kernels_{metal.stem}.cpp"
-        gen = subprocess.run([sys.executable, str(EMULATOR / "gen_kernel_thunks.py"), str(metal), str(generated)],
-                             capture_output=True, text=True)
-        if gen.returncode != 0:
-            raise RuntimeError(gen.stderr)
-        jobs.append((generated, out_dir / f"kernels_{metal.stem}.o", KERNEL_FLAGS))
-    for source in SUPPORT_SOURCES:
-        jobs.append((source, out_dir / f"{source.stem}.o", []))
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for future in [pool.submit(_compile, clang, s, o, f) for s, o, f in jobs]:
-            future.result()
-    exe = out_dir / "op_runner"
-    link = subprocess.run([clang, *SANITIZERS, *[str(o) for _, o, _ in jobs], "-o", str(exe)],
-                          capture_output=True, text=True)
-    if link.returncode != 0:
-        raise RuntimeError(f"linking op_runner failed:\n{link.stderr}")
-    return exe
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else ["-G", "Unix Makefiles"]
+    _run(["cmake", "-S", str(REPO), "-B", str(out_dir), *generator, "-DMUSER_METAL_EMULATOR=ON",
+          f"-DCMAKE_CXX_COMPILER={clang}", f"-DCMAKE_OBJCXX_COMPILER={clang}", "-DCMAKE_BUILD_TYPE=Debug",
+          f"-DCMAKE_CXX_FLAGS={FLAGS}", f"-DCMAKE_OBJCXX_FLAGS={FLAGS}",
+          f"-DCMAKE_EXE_LINKER_FLAGS={SANITIZE}", f"-DPython_EXECUTABLE={sys.executable}"],
+         "configuring the Metal emulator build")
+    _run(["cmake", "--build", str(out_dir), "-j", str(os.cpu_count() or 2),
+          "--target", "metal_op_runner", "metal_engine_runner"], "building the Metal emulator programs")
+    return {name: out_dir / name for name in ("metal_op_runner", "metal_engine_runner")}
 
 
-def _run_env() -> dict[str, str]:
+def run_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ, **RUN_ENV)
     # ASan names the .metal file and line of a bad access only when it finds
     # a symbolizer (Debian's llvm package provides one).
@@ -112,6 +93,7 @@ def _run_env() -> dict[str, str]:
         if path:
             env.setdefault("ASAN_SYMBOLIZER_PATH", path)
             break
+    env.update(extra or {})
     return env
 
 
@@ -136,7 +118,7 @@ class OpRunner:
             np.ascontiguousarray(array).tofile(case / f"{name}.bin")
         lines = [f"op {op}"] + [f"{k} {v}" for k, v in params.items()]
         (case / "op.txt").write_text("\n".join(lines) + "\n")
-        env = _run_env()
+        env = run_env()
         done = subprocess.run([str(self.exe), str(case), order, str(seed)], capture_output=True, text=True,
                               env=env, timeout=600)
         if done.returncode == 3:
@@ -159,7 +141,7 @@ class OpRunner:
         (case / "op.txt").write_text(
             f"op raw\nkernel {kernel}\nthreads {threads}\nn_out {n_out}\n"
             f"threadgroup_bytes {threadgroup_bytes}\ngroups {groups}\n")
-        env = _run_env()
+        env = run_env()
         done = subprocess.run([str(self.exe), str(case), order, "7"], capture_output=True, text=True, env=env,
                               timeout=600)
         done.out = np.fromfile(case / "out.bin", dtype=np.float32) if (case / "out.bin").exists() else None

@@ -110,15 +110,19 @@ def test_get_rows_equals_the_cpu_backend_bitwise(metal_emulator, qtype, order):
 
 
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("n", [31, 64, 576, 1000])
-def test_rms_norm_matches_reference(metal_emulator, n, order):
-    rng = np.random.default_rng(n)
-    x = (rng.standard_normal((3, n)) * 3).astype(np.float32)
+@pytest.mark.parametrize("n,n_groups,has_weight,in_place",
+                         [(31, 1, 1, 0), (576, 1, 1, 1), (1000, 1, 1, 0), (16, 4, 1, 1), (32, 3, 0, 0)],
+                         ids=["31", "576-in-place", "1000", "per-head-16", "per-head-no-weight"])
+def test_rms_norm_matches_reference(metal_emulator, n, n_groups, has_weight, in_place, order):
+    rng = np.random.default_rng(n * n_groups)
+    x = (rng.standard_normal((3, n * n_groups)) * 3).astype(np.float32)
     w = rng.standard_normal(n).astype(np.float32)
-    out = metal_emulator.run("rms_norm", {"x": x, "w": w}, {"n": n, "n_rows": 3, "eps": 1e-6}, ["out"],
-                             order=order)["out"].reshape(3, n)
-    x64 = x.astype(np.float64)
-    ref = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * w
+    inputs = {"x": x, "w": w} if has_weight else {"x": x}
+    out = metal_emulator.run("rms_norm", inputs,
+                             {"n": n, "n_groups": n_groups, "n_rows": 3, "eps": 1e-6, "has_weight": has_weight,
+                              "in_place": in_place}, ["out"], order=order)["out"].reshape(3, n_groups, n)
+    x64 = x.astype(np.float64).reshape(3, n_groups, n)
+    ref = x64 / np.sqrt((x64 ** 2).mean(axis=2, keepdims=True) + 1e-6) * (w if has_weight else 1.0)
     np.testing.assert_allclose(out, ref, rtol=TOLERANCES["rms_norm"], atol=1e-7)
 
 
@@ -167,7 +171,7 @@ def test_rope_equals_reference_bitwise(metal_emulator, neox, head_dim, n_rot, or
 
 
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("ring_rows", [0, 6])
+@pytest.mark.parametrize("ring_rows", [0, 6, 64])  # 64: a ring not yet grown to its full size
 def test_kv_store_writes_f16_rows_at_their_positions(metal_emulator, ring_rows, order):
     rng = np.random.default_rng(ring_rows)
     width, plane_rows, start, n_rows = 40, 8, 3, 5
@@ -185,7 +189,7 @@ def test_kv_store_writes_f16_rows_at_their_positions(metal_emulator, ring_rows, 
 
 
 def test_kv_store_rejects_positions_past_a_growing_plane(metal_emulator):
-    with pytest.raises(OpFailed, match=r"\[metal.kv_store\] positions: expected < 8, got up to 9"):
+    with pytest.raises(OpFailed, match=r"\[metal.kv_store\] positions: expected plane rows < 8, got up to row 9"):
         metal_emulator.run("kv_store", {"src": np.zeros((5, 8), np.float32), "plane": np.zeros((8, 8), np.float16)},
                            {"width": 8, "n_rows": 5, "start": 5, "ring_rows": 0, "plane_rows": 8}, ["plane_out"])
 
@@ -308,6 +312,14 @@ def test_softcap_matches_reference(metal_emulator, order):
     out = metal_emulator.run("softcap", {"x": x}, {"n": 500, "n_rows": 2, "value": 30.0}, ["out"], order=order)["out"]
     np.testing.assert_allclose(out.reshape(2, 500), 30.0 * np.tanh(x.astype(np.float64) / 30.0),
                                rtol=TOLERANCES["softcap"], atol=1e-6)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_copy_cols_takes_a_column_slice(metal_emulator, order):
+    x = np.random.default_rng(7).standard_normal((3, 96)).astype(np.float32)
+    out = metal_emulator.run("copy_cols", {"x": x}, {"n": 40, "n_rows": 3, "cols": 96, "offset": 32}, ["out"],
+                             order=order)["out"]
+    np.testing.assert_array_equal(out.reshape(3, 40), x[:, 32:72])
 
 
 def test_softcap_rejects_a_non_positive_cap(metal_emulator):

@@ -23,6 +23,13 @@
 #ifdef MTLEMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
+// The switch functions are not instrumented: ASan would call
+// __asan_handle_no_return before each __builtin_longjmp, which queries the
+// signal stack with a system call on every switch. The switches are announced
+// to ASan explicitly instead (__sanitizer_*_switch_fiber).
+#define MTLEMU_NO_ASAN __attribute__((no_sanitize("address")))
+#else
+#define MTLEMU_NO_ASAN
 #endif
 
 namespace mtlemu {
@@ -39,7 +46,9 @@ struct SimdSlot {
 };
 
 struct Fiber {
-  ucontext_t context;
+  ucontext_t context;     // first entry only
+  void* jump[5] = {};     // __builtin_setjmp buffer: where a yielded fiber resumes
+  bool started = false;
   void* stack = nullptr;
   State state = State::Ready;
   ThreadContext thread;
@@ -51,11 +60,15 @@ struct Fiber {
 
 struct Scheduler {
   ucontext_t main_context;
+  void* jump[5] = {};  // where the scheduler resumes when a fiber yields
   std::vector<Fiber> fibers;  // one per thread of the current threadgroup
   size_t n_threads = 0;
   Fiber* current = nullptr;
   const KernelInfo* kernel = nullptr;
   std::string error;  // first error raised inside a coroutine
+  // A dispatch that failed abandoned fibers mid-frame; AddressSanitizer's
+  // poisoning of their frames must be cleared before the stacks are reused.
+  bool stacks_dirty = false;
   // simd exchange slots: [simdgroup][lane]
   std::vector<SimdSlot> slots;
   std::vector<bool> slot_active;
@@ -76,34 +89,71 @@ std::map<std::string, KernelInfo>& registry() {
   return kernels;
 }
 
-// ---- context switches, annotated for AddressSanitizer so it tracks which
-// stack is live (otherwise it reports false stack overflows).
+// ---- context switches. A fiber is entered the first time with
+// swapcontext (it needs makecontext's fresh stack) and afterwards with
+// __builtin_setjmp/__builtin_longjmp, which save and restore only the stack
+// and frame pointers and the resume address: unlike swapcontext they make no
+// signal-mask system call, which otherwise dominates the emulator's run time.
+// Switches are annotated for AddressSanitizer so it tracks which stack is
+// live (otherwise it reports false stack overflows).
 
-void switch_to_fiber(Fiber& fiber) {
+void fiber_entry();
+
+// First entry: continue on the fiber's own stack in fiber_entry, which never
+// returns (it leaves with __builtin_longjmp). Plain stack-pointer moves
+// where we know the ABI; makecontext/swapcontext elsewhere (under
+// AddressSanitizer each swapcontext remaps shadow memory, which is slow).
+MTLEMU_NO_ASAN __attribute__((noinline)) void start_on_stack(Fiber& f) {
+  char* top = static_cast<char*>(f.stack) + kStackBytes;  // 16-byte aligned (page aligned mapping)
+#if defined(__x86_64__)
+  asm volatile("mov %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(&fiber_entry) : "memory");
+#elif defined(__aarch64__)
+  asm volatile("mov sp, %0\n\tblr %1\n\tbrk #0" : : "r"(top), "r"(&fiber_entry) : "memory", "x30");
+#else
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = f.stack;
+  f.context.uc_stack.ss_size = kStackBytes;
+  f.context.uc_link = nullptr;
+  makecontext(&f.context, fiber_entry, 0);
+  swapcontext(&scheduler().main_context, &f.context);
+#endif
+}
+
+MTLEMU_NO_ASAN __attribute__((noinline)) void switch_to_fiber(Fiber& fiber) {
   Scheduler& s = scheduler();
   s.current = &fiber;
 #ifdef MTLEMU_ASAN
   __sanitizer_start_switch_fiber(&s.main_fake_stack, fiber.stack, kStackBytes);
 #endif
-  swapcontext(&s.main_context, &fiber.context);
+  if (__builtin_setjmp(s.jump) == 0) {
+    Fiber& f = *scheduler().current;
+    if (!f.started) {
+      f.started = true;
+      start_on_stack(f);
+    } else {
+      __builtin_longjmp(f.jump, 1);
+    }
+  }
+  Scheduler& back = scheduler();
 #ifdef MTLEMU_ASAN
-  __sanitizer_finish_switch_fiber(s.main_fake_stack, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(back.main_fake_stack, nullptr, nullptr);
 #endif
-  s.current = nullptr;
+  back.current = nullptr;
 }
 
 // From inside a fiber back to the scheduler. `dying`: the fiber will never be
 // resumed (its fake stack can be released).
-void switch_to_scheduler(bool dying) {
+MTLEMU_NO_ASAN __attribute__((noinline)) void switch_to_scheduler(bool dying) {
   Scheduler& s = scheduler();
   Fiber& fiber = *s.current;
 #ifdef MTLEMU_ASAN
   void* fake_stack = nullptr;
   __sanitizer_start_switch_fiber(dying ? nullptr : &fake_stack, s.main_stack_bottom, s.main_stack_size);
 #endif
-  swapcontext(&fiber.context, &s.main_context);
+  if (__builtin_setjmp(fiber.jump) == 0) __builtin_longjmp(scheduler().jump, 1);
 #ifdef MTLEMU_ASAN
-  __sanitizer_finish_switch_fiber(fake_stack, &s.main_stack_bottom, &s.main_stack_size);
+  Scheduler& back = scheduler();
+  __sanitizer_finish_switch_fiber(fake_stack, &back.main_stack_bottom, &back.main_stack_size);
 #endif
   (void)dying;
 }
@@ -205,6 +255,7 @@ void run_threadgroup(Scheduler& s, Dim3 group, Dim3 groups, Dim3 threads, Order 
   for (size_t i = 0; i < n; ++i) {
     Fiber& f = s.fibers[i];
     f.state = State::Ready;
+    f.started = false;
     f.simd_count = 0;
     f.in_exchange = false;
     ThreadContext& t = f.thread;
@@ -226,14 +277,6 @@ void run_threadgroup(Scheduler& s, Dim3 group, Dim3 groups, Dim3 threads, Order 
     t.bindings = &bindings;
     t.threadgroup_memory = memory_ptrs;
     t.kernel = s.kernel->name;
-#ifdef MTLEMU_ASAN
-    __asan_unpoison_memory_region(f.stack, kStackBytes);
-#endif
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack;
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, fiber_entry, 0);
   }
 
   std::vector<size_t> sequence(n);
@@ -323,7 +366,14 @@ void dispatch(const KernelInfo& kernel, const Bindings& bindings, Dim3 groups, D
   std::mt19937_64 rng(seed);
   if (order == Order::Reverse) std::reverse(order_of_groups.begin(), order_of_groups.end());
   if (order == Order::Random) std::shuffle(order_of_groups.begin(), order_of_groups.end(), rng);
+#ifdef MTLEMU_ASAN
+  if (s.stacks_dirty) {
+    for (Fiber& f : s.fibers) __asan_unpoison_memory_region(f.stack, kStackBytes);
+  }
+#endif
+  s.stacks_dirty = true;
   for (const Dim3& g : order_of_groups) run_threadgroup(s, g, groups, threads, order, rng, bindings);
+  s.stacks_dirty = false;
 }
 
 void threadgroup_barrier() { wait_as(State::AtBarrier); }

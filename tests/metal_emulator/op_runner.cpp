@@ -126,11 +126,17 @@ void run(Case& c, muser::metal::KernelEncoder& enc) {
     m::encode_get_rows(enc, dtype_named(c.text("type")), w.slice(), n_in, c.u32("n_table_rows"), ids.slice(), n_ids,
                        out.slice(), n_in);
   } else if (op == "rms_norm") {
-    const uint32_t n = c.u32("n"), n_rows = c.u32("n_rows");
+    const uint32_t n = c.u32("n"), n_groups = c.u32("n_groups"), n_rows = c.u32("n_rows");
+    const uint32_t row = n * n_groups;
     HostBuffer& x = c.input("x");
-    HostBuffer& w = c.input("w");
-    HostBuffer& out = c.output("out", size_t(n_rows) * n * 4);
-    m::encode_rms_norm(enc, x.slice(), n, w.slice(), n, n_rows, c.f32("eps"), out.slice(), n);
+    const BufferSlice w = c.u32("has_weight") != 0 ? c.input("w").slice() : BufferSlice{};
+    if (c.u32("in_place") != 0) {
+      c.inout("x", "out");
+      m::encode_rms_norm(enc, x.slice(), row, w, n, n_groups, n_rows, c.f32("eps"), x.slice(), row);
+    } else {
+      HostBuffer& out = c.output("out", size_t(n_rows) * row * 4);
+      m::encode_rms_norm(enc, x.slice(), row, w, n, n_groups, n_rows, c.f32("eps"), out.slice(), row);
+    }
   } else if (op == "rope") {
     const uint32_t n_heads = c.u32("n_heads"), head_dim = c.u32("head_dim");
     HostBuffer& x = c.inout("x", "x_out");
@@ -174,6 +180,14 @@ void run(Case& c, muser::metal::KernelEncoder& enc) {
     HostBuffer& b = c.input("b");
     HostBuffer& out = c.output("out", size_t(n_rows) * n * 4);
     m::encode_add(enc, a.slice(), n, b.slice(), c.u32("broadcast") != 0 ? 0 : n, n, n_rows, out.slice(), n);
+  } else if (op == "copy_cols") {
+    // SliceCols: columns [offset, offset + n) of (n_rows, cols) rows.
+    const uint32_t n = c.u32("n"), n_rows = c.u32("n_rows"), cols = c.u32("cols"), offset = c.u32("offset");
+    HostBuffer& x = c.input("x");
+    HostBuffer& out = c.output("out", size_t(n_rows) * n * 4);
+    BufferSlice from = x.slice();
+    from.offset = size_t(offset) * 4;
+    m::encode_copy(enc, from, cols, n, n_rows, out.slice(), n);
   } else if (op == "scale" || op == "softcap") {
     const uint32_t n = c.u32("n"), n_rows = c.u32("n_rows");
     HostBuffer& x = c.input("x");

@@ -52,15 +52,18 @@ typedef struct {
   uint32_t pad0, pad1, pad2;
 } GetRowsArgs;
 
-// out = x / sqrt(mean(x^2) + eps) * w, per row.
+// out = x / sqrt(mean(x^2) + eps) * w, per group of n consecutive columns
+// of each row (n_groups groups per row; one group = the whole row, or one
+// head for per-head Q/K norms). w holds n floats shared by every group.
 typedef struct {
-  uint32_t n;
+  uint32_t n;             // columns per group
+  uint32_t n_groups;      // groups per row
   uint32_t n_rows;
   uint32_t x_stride;
   uint32_t out_stride;
   float eps;
   uint32_t simdgroups;    // simdgroups per threadgroup (sizes the threadgroup memory)
-  uint32_t pad0, pad1;
+  uint32_t has_weight;    // 0: no w (scale only)
 } RmsNormArgs;
 
 // In-place rotation of the first n_rot dims of each head; cos/sin per row

@@ -1,5 +1,6 @@
 #include "backend/metal/ops_encode.h"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/metal/kernel_args.h"
@@ -61,6 +62,18 @@ void encode_elementwise(KernelEncoder& enc, const char* op, const char* kernel, 
 }
 
 }  // namespace
+
+const char* const* kernel_names() {
+  static const char* const names[] = {
+      "mul_mv_f32",   "mul_mv_f16",   "mul_mv_bf16",  "mul_mv_q4_0",   "mul_mv_q4_1",   "mul_mv_q5_0",
+      "mul_mv_q5_1",  "mul_mv_q8_0",  "mul_mv_q2_k",  "mul_mv_q3_k",   "mul_mv_q4_k",   "mul_mv_q5_k",
+      "mul_mv_q6_k",  "get_rows_f32", "get_rows_f16", "get_rows_bf16", "get_rows_q4_0", "get_rows_q4_1",
+      "get_rows_q5_0", "get_rows_q5_1", "get_rows_q8_0", "get_rows_q2_k", "get_rows_q3_k", "get_rows_q4_k",
+      "get_rows_q5_k", "get_rows_q6_k", "rms_norm_f32", "rope_f32",     "kv_store_f16",  "attention_f16",
+      "swiglu_f32",   "geglu_f32",    "add_f32",      "scale_f32",     "softcap_f32",   "copy_f32",
+      nullptr};
+  return names;
+}
 
 const char* matmul_kernel_name(DType type) {
   switch (type) {
@@ -143,23 +156,29 @@ void encode_get_rows(KernelEncoder& enc, DType type, BufferSlice table, uint32_t
 }
 
 void encode_rms_norm(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, BufferSlice weight, uint32_t n,
-                     uint32_t n_rows, float eps, BufferSlice out, uint32_t out_stride) {
+                     uint32_t n_groups, uint32_t n_rows, float eps, BufferSlice out, uint32_t out_stride) {
   const char* op = "rms_norm";
   require_positive(op, "n", n);
+  require_positive(op, "n_groups", n_groups);
   require_positive(op, "n_rows", n_rows);
-  require_stride(op, "x", x_stride, n, n_rows);
-  require_stride(op, "out", out_stride, n, n_rows);
-  require_bytes(op, "x", x, rows_bytes(n_rows, x_stride, n, 4));
-  require_bytes(op, "weight", weight, static_cast<uint64_t>(n) * 4);
-  require_bytes(op, "out", out, rows_bytes(n_rows, out_stride, n, 4));
-  const RmsNormArgs args{n, n_rows, x_stride, out_stride, eps, kNormSimdgroups, 0, 0};
+  const uint32_t row = n * n_groups;
+  require_stride(op, "x", x_stride, row, n_rows);
+  require_stride(op, "out", out_stride, row, n_rows);
+  require_bytes(op, "x", x, rows_bytes(n_rows, x_stride, row, 4));
+  const bool has_weight = weight.buffer.handle != nullptr;
+  if (has_weight) require_bytes(op, "weight", weight, static_cast<uint64_t>(n) * 4);
+  require_bytes(op, "out", out, rows_bytes(n_rows, out_stride, row, 4));
+  // Small groups (per-head norms) take only the simdgroups they can use.
+  const uint32_t simdgroups = std::min(kNormSimdgroups, ceil_div(n, kSimd));
+  const RmsNormArgs args{n, n_groups, n_rows, x_stride, out_stride, eps, simdgroups, has_weight ? 1u : 0u};
   enc.set_pipeline("rms_norm_f32");
   bind(enc, 0, x);
-  bind(enc, 1, weight);
+  // Without a weight the kernel never reads buffer 1; bind x so the slot is valid.
+  bind(enc, 1, has_weight ? weight : x);
   bind(enc, 2, out);
   enc.set_bytes(3, &args, sizeof args);
-  enc.set_threadgroup_memory(0, kNormSimdgroups * sizeof(float));
-  enc.dispatch({n_rows, 1, 1}, {kNormSimdgroups * kSimd, 1, 1});
+  enc.set_threadgroup_memory(0, simdgroups * sizeof(float));
+  enc.dispatch({n_groups, n_rows, 1}, {simdgroups * kSimd, 1, 1});
 }
 
 void encode_rope(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, uint32_t n_rows, uint32_t n_heads,
@@ -188,12 +207,15 @@ void encode_kv_store(KernelEncoder& enc, BufferSlice src, uint32_t src_stride, u
   require_positive(op, "width", width);
   require_stride(op, "src", src_stride, width, n_rows);
   require_bytes(op, "src", src, rows_bytes(n_rows, src_stride, width, 4));
-  if (ring_rows != 0 && ring_rows > plane_rows) {
-    bad(op, "ring_rows: expected <= plane rows " + std::to_string(plane_rows) + ", got " + std::to_string(ring_rows));
+  // The highest plane row written: a ring wraps, a growing plane does not.
+  uint64_t last_row = static_cast<uint64_t>(start) + n_rows - 1;
+  if (ring_rows != 0) {
+    const uint64_t first = start % ring_rows;
+    last_row = first + n_rows - 1 >= ring_rows ? ring_rows - 1 : first + n_rows - 1;
   }
-  if (ring_rows == 0 && static_cast<uint64_t>(start) + n_rows > plane_rows) {
-    bad(op, "positions: expected < " + std::to_string(plane_rows) + ", got up to " +
-                std::to_string(static_cast<uint64_t>(start) + n_rows - 1));
+  if (last_row >= plane_rows) {
+    bad(op, "positions: expected plane rows < " + std::to_string(plane_rows) + ", got up to row " +
+                std::to_string(last_row));
   }
   require_bytes(op, "plane", plane, static_cast<uint64_t>(plane_rows) * width * 2);
   const KvStoreArgs args{width, n_rows, start, ring_rows, src_stride, 0, 0, 0};
@@ -221,7 +243,6 @@ void encode_attention(KernelEncoder& enc, const AttentionShape& s, BufferSlice q
     }
   }
   require_positive(op, "plane_rows", s.plane_rows);
-  if (s.ring_rows > s.plane_rows) bad(op, "ring_rows: expected <= plane_rows");
   const uint32_t k_width = s.n_head_kv * s.head_dim_k;
   const uint32_t v_width = s.n_head_kv * s.head_dim_v;
   require_stride(op, "q", q_stride, s.n_head * s.head_dim_k, n_rows);
@@ -300,6 +321,11 @@ void encode_unary(KernelEncoder& enc, const char* op, const char* kernel, Buffer
 void encode_scale(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, float factor, uint32_t n, uint32_t n_rows,
                   BufferSlice out, uint32_t out_stride) {
   encode_unary(enc, "scale", "scale_f32", x, x_stride, factor, n, n_rows, out, out_stride);
+}
+
+void encode_copy(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, uint32_t n, uint32_t n_rows, BufferSlice out,
+                 uint32_t out_stride) {
+  encode_unary(enc, "copy", "copy_f32", x, x_stride, 0.0f, n, n_rows, out, out_stride);
 }
 
 void encode_softcap(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, float cap, uint32_t n, uint32_t n_rows,

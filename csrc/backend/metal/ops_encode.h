@@ -25,6 +25,14 @@ constexpr uint32_t kMatmulSimdgroups = 4;
 constexpr uint32_t kNormSimdgroups = 8;
 constexpr uint32_t kAttentionSimdgroups = 4;
 
+// Threads per threadgroup the op logic dispatches at most; every pipeline
+// must allow this many (checked when pipelines are built).
+constexpr uint32_t kMaxThreadsPerThreadgroup = 256;
+
+// Every kernel the op logic may dispatch, null-terminated (pipelines are
+// built for all of them up front).
+const char* const* kernel_names();
+
 // Name of the mul_mv_* kernel for a weight type; throws InvalidArgument for a
 // type the Metal kernels do not handle.
 const char* matmul_kernel_name(DType type);
@@ -40,8 +48,11 @@ void encode_matmul(KernelEncoder& enc, DType type, BufferSlice w, uint32_t n_in,
 void encode_get_rows(KernelEncoder& enc, DType type, BufferSlice table, uint32_t n_in, uint32_t n_table_rows,
                      BufferSlice ids, uint32_t n_ids, BufferSlice out, uint32_t out_stride);
 
+// RMSNorm of each group of n columns (n_groups groups per row; n_groups 1
+// for whole rows). weight: n floats, or a slice without a buffer for none.
+// out may be x.
 void encode_rms_norm(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, BufferSlice weight, uint32_t n,
-                     uint32_t n_rows, float eps, BufferSlice out, uint32_t out_stride);
+                     uint32_t n_groups, uint32_t n_rows, float eps, BufferSlice out, uint32_t out_stride);
 
 // In-place RoPE; cos_sin holds n_rows rows of n_rot floats (n_rot/2 cosines
 // then n_rot/2 sines).
@@ -79,6 +90,9 @@ void encode_add(KernelEncoder& enc, BufferSlice a, uint32_t a_stride, BufferSlic
                 uint32_t n_rows, BufferSlice out, uint32_t out_stride);
 void encode_scale(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, float factor, uint32_t n, uint32_t n_rows,
                   BufferSlice out, uint32_t out_stride);
+// out(r, :) = x(r, :) for n columns (SliceCols: bind x at the slice's first column).
+void encode_copy(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, uint32_t n, uint32_t n_rows, BufferSlice out,
+                 uint32_t out_stride);
 void encode_softcap(KernelEncoder& enc, BufferSlice x, uint32_t x_stride, float cap, uint32_t n, uint32_t n_rows,
                     BufferSlice out, uint32_t out_stride);
 
