@@ -18,6 +18,7 @@ namespace muser {
 struct BackendContext {
   std::shared_ptr<ThreadPool> pool;  // the engine's compute threads
   double null_step_seconds = 0.0;    // the null backend's per-step sleep
+  double null_prefill_seconds_per_row = 0.0;  // and its extra sleep per prompt row
 };
 
 struct BackendInfo {

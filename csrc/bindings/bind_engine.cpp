@@ -18,6 +18,7 @@
 #include "core/cancel_token.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
+#include "core/limits.h"
 #include "backend/registry.h"
 #include "engine/engine.h"
 #include "engine/session.h"
@@ -196,7 +197,7 @@ void init_engine(nb::module_& m) {
 
   nb::class_<Engine>(m, "Engine", "A mapped GGUF model with its backend. Thread-safe.")
       .def(nb::new_([](const std::string& path, std::optional<int> threads, const std::string& backend,
-                       double null_step_seconds) {
+                       double null_step_seconds, double null_prefill_seconds_per_row) {
              EngineOptions options;
              if (threads.has_value() && *threads < 1) {
                throw InvalidArgument("[engine] threads: expected at least 1 (or None), got " +
@@ -205,11 +206,12 @@ void init_engine(nb::module_& m) {
              options.threads = threads.value_or(0);
              options.backend = backend;
              options.null_step_seconds = null_step_seconds;
+             options.null_prefill_seconds_per_row = null_prefill_seconds_per_row;
              nb::gil_scoped_release release;
              return Engine::open(path, options);
            }),
            nb::arg("path"), nb::arg("threads") = nb::none(), nb::arg("backend") = "auto",
-           nb::arg("null_step_seconds") = 0.0,
+           nb::arg("null_step_seconds") = 0.0, nb::arg("null_prefill_seconds_per_row") = 0.0,
            "Map and validate a GGUF model. Raises ModelFormatError for a bad or unsupported file.")
       .def_prop_ro("config", &engine_config, "Hyperparameters, special tokens and chat template (a new dict).")
       .def("metadata", [](const Engine& e) { return metadata_dict(e.file()); }, "All GGUF metadata (a copy).")
@@ -219,6 +221,8 @@ void init_engine(nb::module_& m) {
       .def_prop_ro(
           "tokenizer", [](const Engine& e) { return std::const_pointer_cast<Tokenizer>(e.tokenizer()); },
           "The model's tokenizer (immutable, shared).")
+      .def_prop_ro("_graphs_built", [](const Engine& e) { return e.graphs_built(); },
+                   "Tests only: step graphs recorded so far (one per shape class while cached).")
       .def(
           "_arm_forward_fault",
           [](Engine& e, uint64_t forwards_to_skip, uint32_t after_layer) {
@@ -231,7 +235,7 @@ void init_engine(nb::module_& m) {
           "session",
           [](Engine& e, std::optional<int64_t> max_context) {
             int64_t n = max_context.value_or(
-                std::min<int64_t>(4096, static_cast<int64_t>(e.hparams().n_ctx_train)));
+                std::min<int64_t>(static_cast<int64_t>(kDefaultMaxContext), static_cast<int64_t>(e.hparams().n_ctx_train)));
             if (n < 1) throw InvalidArgument("[session] max_context: expected at least 1, got " + std::to_string(n));
             return e.new_session(static_cast<size_t>(n));
           },
@@ -252,6 +256,9 @@ void init_engine(nb::module_& m) {
           nb::arg("sessions"), nb::arg("tokens"),
           "Append tokens[i] to sessions[i] for 1..4 distinct sessions in one weight pass.\n"
           "Checks everything first: on any error no session changes. Releases the GIL.")
+      .def_prop_ro(
+          "schedule_recorder", [](Engine& e) -> ScheduleRecorder& { return e.scheduler().recorder(); },
+          nb::rv_policy::reference_internal, "This engine's schedule recorder (see muser.testing).")
       .def(
           "scheduler_stats",
           [](Engine& e) { return scheduler_stats_dict(e.scheduler().stats()); },

@@ -18,6 +18,8 @@
 
 namespace nb = nanobind;
 
+#include "core/limits.h"
+
 namespace muser::bindings {
 namespace {
 
@@ -100,7 +102,7 @@ void init_serve(nb::module_& m) {
                                 std::chrono::microseconds(static_cast<int64_t>(window_us)));
           },
           nb::arg("engine"), nb::arg("slots"), nb::arg("max_waiting"), nb::arg("max_context"),
-          nb::arg("batch_window_us") = 250.0)
+          nb::arg("batch_window_us") = kDefaultBatchWindowUs)
       .def(
           "acquire",
           [](SlotPool& p, const std::vector<int32_t>& prompt, std::optional<double> timeout,
@@ -136,6 +138,7 @@ void init_serve(nb::module_& m) {
       .def_prop_ro("healthy", &SlotPool::healthy)
       .def_prop_ro("slots", &SlotPool::n_slots)
       .def_prop_ro("max_context", &SlotPool::max_context)
+      .def_prop_ro("id", &SlotPool::id, "Process-unique pool id (labels its events in schedule recordings).")
       .def("stats", [](const SlotPool& p) {
         PoolStats st = p.stats();
         nb::dict d;
@@ -167,7 +170,7 @@ void init_serve(nb::module_& m) {
             };
             new (self) DecodeBatcher(runner, std::chrono::microseconds(static_cast<int64_t>(window_us)), max_rows);
           },
-          nb::arg("run_group"), nb::arg("window_us") = 250.0, nb::arg("max_rows") = 4)
+          nb::arg("run_group"), nb::arg("window_us") = kDefaultBatchWindowUs, nb::arg("max_rows") = kMaxDecodeGroupRows)
       .def(
           "submit",
           [](DecodeBatcher& b, uint64_t slot_id, int32_t token, std::shared_ptr<CancelToken> cancel) {

@@ -20,6 +20,7 @@ std::shared_ptr<Engine> Engine::open(const std::string& path, const EngineOption
   BackendContext context;
   context.pool = engine->pool_;
   context.null_step_seconds = options.null_step_seconds;
+  context.null_prefill_seconds_per_row = options.null_prefill_seconds_per_row;
   auto faults = std::make_unique<FaultInjectingBackend>(create_backend(backend, context));
   engine->faults_ = faults.get();
   engine->runner_ = std::make_unique<StepRunner>(engine->model_, std::move(faults));

@@ -24,6 +24,7 @@ struct EngineOptions {
   int threads = 0;                 // compute threads; 0 = physical cores
   std::string backend = "auto";    // "auto" (best usable) or a name from list_backends()
   double null_step_seconds = 0.0;  // per-forward sleep of the null backend
+  double null_prefill_seconds_per_row = 0.0;  // its extra sleep per row of a multi-row (prompt) segment
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -56,6 +57,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // A process-unique id for a new session: its key in the decode rotation.
   uint64_t next_session_id() { return next_session_id_.fetch_add(1); }
+
+  // Tests only: step graphs recorded so far (StepRunner::graphs_built).
+  uint64_t graphs_built() const { return runner_->graphs_built(); }
 
   // Tests only: see FaultInjectingBackend.
   FaultInjectingBackend& faults() { return *faults_; }

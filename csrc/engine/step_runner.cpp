@@ -23,6 +23,7 @@ const StepGraph& StepRunner::graph_for(ShapeClass shape) {
     }
   }
   graphs_.push_front(std::make_shared<const StepGraph>(model_->build_step(shape)));
+  ++graphs_built_;
   if (graphs_.size() > kGraphCacheSize) graphs_.pop_back();
   return *graphs_.front();
 }

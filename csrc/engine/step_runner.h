@@ -68,6 +68,10 @@ class StepRunner {
   // Shape classes whose graphs are kept (the least recently used is dropped).
   static constexpr size_t kGraphCacheSize = 32;
 
+  // Step graphs recorded so far (tests: a shape class is recorded once and
+  // replayed). Read it only between forwards.
+  uint64_t graphs_built() const { return graphs_built_; }
+
  private:
   const StepGraph& graph_for(ShapeClass shape);
 
@@ -75,6 +79,7 @@ class StepRunner {
   std::unique_ptr<Backend> backend_;
   std::list<std::shared_ptr<const StepGraph>> graphs_;  // most recently used first
   StepInputs inputs_;
+  uint64_t graphs_built_ = 0;
 };
 
 }  // namespace muser

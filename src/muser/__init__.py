@@ -18,7 +18,7 @@ from muser.errors import (
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
-from muser.engine import Engine, Session, SessionSnapshot
+from muser.engine import BackendInfo, Engine, Session, SessionSnapshot, backends
 from muser.pool import CancelToken, Lease, Slot, SlotPool
 from muser import models
 from muser import sampling
@@ -30,6 +30,7 @@ from muser.generation import astream, chat, generate, stream
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackendInfo",
     "CancelToken",
     "Engine",
     "Lease",
@@ -43,6 +44,7 @@ __all__ = [
     "GenerationChunk",
     "Grammar",
     "astream",
+    "backends",
     "chat",
     "generate",
     "stream",

@@ -42,7 +42,17 @@ class GgufFile:
         """Read-only uint8 view of a tensor's raw bytes; keeps the file mapped."""
 
 def available_backends() -> list[str]:
-    """Backend names this build can run (besides 'auto')."""
+    """Backend names this build can run here (besides 'auto')."""
+
+def backends() -> list[tuple[str, bool, str]]:
+    """
+    Every backend muser knows, in 'auto' preference order: (name, usable here, why not).
+    """
+
+def resolve_backend(name: str) -> str:
+    """
+    The backend Engine(backend=name) would run ('auto' resolved); ValueError saying why for an unusable or unknown name.
+    """
 
 class SessionSnapshot:
     """
@@ -106,7 +116,7 @@ class Session:
 class Engine:
     """A mapped GGUF model with its backend. Thread-safe."""
 
-    def __init__(self, path: str, threads: int | None = None, backend: str = 'auto', null_step_seconds: float = 0.0) -> None:
+    def __init__(self, path: str, threads: int | None = None, backend: str = 'auto', null_step_seconds: float = 0.0, null_prefill_seconds_per_row: float = 0.0) -> None:
         """
         Map and validate a GGUF model. Raises ModelFormatError for a bad or unsupported file.
         """
@@ -142,6 +152,10 @@ class Engine:
         Checks everything first: on any error no session changes. Releases the GIL.
         """
 
+    @property
+    def schedule_recorder(self) -> ScheduleRecorder:
+        """This engine's schedule recorder (see muser.testing)."""
+
     def scheduler_stats(self) -> dict:
         """
         Accelerator permits granted so far: counts, rows, wait and hold times (a new dict).
@@ -152,6 +166,16 @@ PREFILL_CHUNK_ROWS: int = 512
 PREFILL_CHUNK_ROWS_CONTENDED: int = 64
 
 MAX_DECODE_GROUP_ROWS: int = 4
+
+MAX_STEP_ROWS: int = 512
+
+MAX_SLOTS: int = 4
+
+DEFAULT_MAX_WAITING: int = 64
+
+DEFAULT_MAX_CONTEXT: int = 4096
+
+DEFAULT_BATCH_WINDOW_US: float = 250.0
 
 class Permit:
     """
@@ -181,8 +205,7 @@ class AcceleratorScheduler:
     Thread-safe; acquire_* block with the GIL released.
     """
 
-    def __init__(self, record_grants: bool = False) -> None:
-        """record_grants keeps the last 4096 grants for grant_log()."""
+    def __init__(self) -> None: ...
 
     def acquire_decode(self, sequence_id: int) -> Permit: ...
 
@@ -200,11 +223,6 @@ class AcceleratorScheduler:
 
     def waiting_decode(self) -> list[int]: ...
 
-    def grant_log(self) -> list:
-        """
-        The recorded grants, oldest first: kind, granted ids, waiting decode ids and the rotation cursor.
-        """
-
     def stats(self) -> dict: ...
 
     @staticmethod
@@ -214,6 +232,32 @@ class AcceleratorScheduler:
     @staticmethod
     def prefill_chunk_rows(decode_waiting: bool, remaining_rows: int) -> int:
         """The pure chunking rule: rows in the next prefill chunk."""
+
+class ScheduleRecorder:
+    """
+    An engine's scheduling event log (permits, admissions, decode groups, cancellations, notes).
+    Events are tuples (seq, time_ns, kind, subject, pool, slot, rows, sessions, slots, what, detail).
+    Thread-safe; cheap when not recording.
+    """
+
+    def start(self) -> None:
+        """Clear and start recording; ValueError if already recording."""
+
+    def stop(self) -> list:
+        """Stop recording; returns every event, oldest first."""
+
+    def events(self) -> list:
+        """The events so far (a copy)."""
+
+    @property
+    def recording(self) -> bool: ...
+
+    @property
+    def dropped(self) -> int:
+        """Events lost because the log was full."""
+
+    def note(self, what: str, subject: int = 0, pool: int = 0, slot: int = -1, detail: str = '') -> None:
+        """Record a note from Python (a request's start, admission, end)."""
 
 class CancelToken:
     """
@@ -297,6 +341,10 @@ class SlotPool:
 
     @property
     def max_context(self) -> int: ...
+
+    @property
+    def id(self) -> int:
+        """Process-unique pool id (labels its events in schedule recordings)."""
 
     def stats(self) -> dict: ...
 

@@ -21,13 +21,30 @@ import operator
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from muser import _core
 
-__all__ = ["Engine", "Session", "SessionSnapshot"]
+__all__ = ["BackendInfo", "Engine", "Session", "SessionSnapshot", "backends"]
+
+class BackendInfo(NamedTuple):
+    """One compute backend muser knows, and whether it can run here."""
+
+    name: str
+    usable: bool
+    reason: str  # why not, when not usable; "" otherwise
+
+
+def backends() -> list[BackendInfo]:
+    """Every backend this build of muser knows, in the order ``backend="auto"``
+    prefers them, with whether it is usable on this machine and why not
+    (for example ``"compiled without CUDA"``). An explicit
+    ``Engine(path, backend=name)`` for an unusable one raises ``ValueError``
+    with that reason; nothing falls back silently."""
+    return [BackendInfo(name, usable, reason) for name, usable, reason in _core.backends()]
+
 
 SessionSnapshot = _core.SessionSnapshot
 """A frozen copy of a session (KV cache, tokens, logits); see :meth:`Session.snapshot`."""
@@ -150,9 +167,12 @@ class Engine:
     Args:
         path: the .gguf file.
         threads: compute threads; ``None`` uses the physical cores.
-        backend: ``"auto"`` (the best available), ``"cpu"``, or ``"null"``
+        backend: ``"auto"`` (the best usable one, see :func:`muser.backends`), or a
+            backend's name: ``"cpu"``, ``"cuda"``, ``"metal"``, ``"null"````
             (computes nothing, returns repeatable logits; for tests).
         null_step_seconds: with the null backend, how long each forward takes.
+        null_prefill_seconds_per_row: with the null backend, the extra time per
+            row of a prompt chunk (a forward segment of more than one row).
 
     Raises:
         ModelFormatError: the file is malformed, or its architecture, tensor
@@ -171,8 +191,9 @@ class Engine:
         backend: str = "auto",
         *,
         null_step_seconds: float = 0.0,
+        null_prefill_seconds_per_row: float = 0.0,
     ) -> None:
-        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
+        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds, null_prefill_seconds_per_row)
         # Lazily built, then immutable: the per-vocabulary tables generation
         # needs, and the pool used when generate() is given this engine.
         self._lock = threading.Lock()
@@ -196,7 +217,7 @@ class Engine:
 
     @property
     def backend(self) -> str:
-        """The backend in use (``"cpu"`` or ``"null"``)."""
+        """The backend in use (what ``"auto"`` resolved to, e.g. ``"cpu"``)."""
         return self._core.backend
 
     @property
@@ -311,6 +332,24 @@ class Engine:
                 raise ValueError(f"[decode_group] session {index} belongs to another engine")
             cores.append(session._core)
         self._core.decode_group(cores, [operator.index(t) for t in tokens])
+
+    def record_schedule(self):
+        """Record this engine's scheduling while a ``with`` block runs:
+        ``with engine.record_schedule() as log: ...``.
+
+        The :class:`muser.testing.ScheduleLog` holds every accelerator permit
+        (kind, sessions, rows, requested/granted/released), every admission
+        and lease of every pool on this engine, every decode group, every
+        cancellation and every ``generate``/``stream``/``chat`` request. Pass
+        it to the checkers of :mod:`muser.testing`. Recording costs one atomic
+        load per scheduling step when off.
+
+        Raises:
+            ValueError: this engine is already recording.
+        """
+        from muser.testing.schedule_log import record_schedule
+
+        return record_schedule(self)
 
     def scheduler_stats(self) -> dict[str, int]:
         """Accelerator permits granted so far (decode grants and rows, prefill

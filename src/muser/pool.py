@@ -147,21 +147,21 @@ class SlotPool:
     def __init__(
         self,
         engine: Engine,
-        slots: int = 4,
-        max_waiting: int = 64,
+        slots: int = _core.MAX_SLOTS,
+        max_waiting: int = _core.DEFAULT_MAX_WAITING,
         *,
         max_context: int | None = None,
-        batch_window_us: float = 250.0,
+        batch_window_us: float = _core.DEFAULT_BATCH_WINDOW_US,
     ) -> None:
         if not isinstance(engine, Engine):
             raise TypeError(f"engine must be a muser.Engine, got {type(engine).__name__}")
         slots, max_waiting = operator.index(slots), operator.index(max_waiting)
-        if not 1 <= slots <= 4:
-            raise ValueError(f"slots must be 1..4, got {slots}")
+        if not 1 <= slots <= _core.MAX_SLOTS:
+            raise ValueError(f"slots must be 1..{_core.MAX_SLOTS}, got {slots}")
         if max_waiting < 0:
             raise ValueError(f"max_waiting must be >= 0, got {max_waiting}")
         if max_context is None:
-            max_context = min(4096, int(engine.config["context_length"]))
+            max_context = min(_core.DEFAULT_MAX_CONTEXT, int(engine.config["context_length"]))
         max_context = operator.index(max_context)
         if not 1 <= max_context <= int(engine.config["context_length"]):
             raise ValueError(f"max_context must be 1..{engine.config['context_length']}, got {max_context}")

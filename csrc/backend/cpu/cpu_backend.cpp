@@ -246,6 +246,7 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
       const size_t first = task * kRowsPerTask;
       const size_t last = std::min(stage.rows, first + kRowsPerTask);
       for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last);
+      for (const QuantizeEntry& q : stage.quantize) q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
       (void)plan;
       return;
     }
@@ -267,10 +268,7 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
       size_t e = stage.tiles.size() - 1;
       while (stage.tiles[e].first_task > task) --e;
       const TileEntry& tile = stage.tiles[e];
-      const Op& op = graph.ops[tile.op];
-      const Stage& quantize = (&stage)[-1];  // a Tiles stage always follows its Quantize stage
-      const QuantizeEntry& q = quantize.quantize[tile.quantize];
-      tile.job.run_chunk(task - tile.first_task, act_base_ + q.act_offset, q.rows, f32(op.dst));
+      tile.job.run_chunk(task - tile.first_task, act_base_ + tile.act_offset, tile.rows, f32(graph.ops[tile.op].dst));
       return;
     }
     case StageKind::Attention:

@@ -164,14 +164,25 @@ class PlanBuilder {
         act_at += align_up(tile.job.act_row_bytes * x.rows, 64);
         quantize.quantize.push_back(entry);
       }
-      tile.quantize = q;
+      tile.act_offset = quantize.quantize[q].act_offset;
+      tile.rows = x.rows;
       tile.first_task = tiles.n_tasks;
       tiles.n_tasks += tile.job.n_chunks;
       tiles.tiles.push_back(tile);
     }
-    for (const QuantizeEntry& q : quantize.quantize) quantize.n_tasks += quantize_tasks(q.rows);
     plan_.act_bytes = std::max(plan_.act_bytes, act_at);
-    plan_.stages.push_back(std::move(quantize));
+    // Row chunks of a chain over the same rows can quantize as they finish
+    // (quantizing reads only the row itself). The activation bytes are free
+    // by then: the previous matmuls' tiles completed before the chain began.
+    Stage* chain = plan_.stages.empty() ? nullptr : &plan_.stages.back();
+    bool fold = chain != nullptr && chain->kind == StageKind::Chain && chain->quantize.empty();
+    for (const QuantizeEntry& q : quantize.quantize) fold = fold && q.rows == chain->rows;
+    if (fold) {
+      chain->quantize = std::move(quantize.quantize);
+    } else {
+      for (const QuantizeEntry& q : quantize.quantize) quantize.n_tasks += quantize_tasks(q.rows);
+      plan_.stages.push_back(std::move(quantize));
+    }
     plan_.stages.push_back(std::move(tiles));
     return i;
   }

@@ -6,7 +6,9 @@
 //   rows, so a run of cheap ops costs one barrier instead of one per op.
 // - Quantize / Tiles: consecutive independent matmuls (Q, K and V; gate and
 //   up) share one stage that quantizes each distinct input once, then one
-//   stage of all their output tiles.
+//   stage of all their output tiles. When a chain over the same rows comes
+//   just before, the chain quantizes the inputs as it finishes each row
+//   chunk instead (one barrier fewer; what the old inline quantization did).
 // - Attention: blocks of up to kAttentionBlockRows rows of one sequence
 //   times query heads (cut per step, since it depends on the sequences).
 // - RopeAngles (first): the cos/sin tables of each distinct RoPE setting for
@@ -58,7 +60,8 @@ struct QuantizeEntry {
 
 struct TileEntry {
   size_t op;           // graph op index
-  size_t quantize;     // index into the preceding Quantize stage's entries
+  size_t act_offset;   // its quantized input rows, in the step's activation bytes
+  size_t rows;
   MatmulJob job;
   size_t first_task;   // tasks [first_task, first_task + job.n_chunks) of the stage
 };
@@ -69,6 +72,8 @@ struct Stage {
   StageKind kind;
   size_t rows = 0;               // Chain, RopeAngles: rows processed
   std::vector<size_t> ops;       // Chain: graph op indices, in order; Attention: one
+  // Quantize: the inputs to quantize; Chain: inputs quantized after the ops
+  // of each row chunk.
   std::vector<QuantizeEntry> quantize;
   std::vector<TileEntry> tiles;
   size_t n_tasks = 0;            // fixed task count (Attention: decided per step)

@@ -1,5 +1,6 @@
 #include "backend/null/null_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -21,14 +22,21 @@ class NullKvStorage final : public KvStorage {
 // Never chosen by "auto" (priority 0): it computes no model.
 const BackendRegistration registration(
     "null", 0, [] { return std::string(); },
-    [](const BackendContext& context) { return std::make_unique<NullBackend>(context.null_step_seconds); });
+    [](const BackendContext& context) {
+      return std::make_unique<NullBackend>(context.null_step_seconds, context.null_prefill_seconds_per_row);
+    });
 
 }  // namespace
 
-NullBackend::NullBackend(double step_seconds) : step_seconds_(step_seconds) {
+NullBackend::NullBackend(double step_seconds, double prefill_seconds_per_row)
+    : step_seconds_(step_seconds), prefill_seconds_per_row_(prefill_seconds_per_row) {
   if (!(std::isfinite(step_seconds) && step_seconds >= 0)) {
     throw InvalidArgument("[null backend] step_seconds: expected a finite value >= 0, got " +
                           std::to_string(step_seconds));
+  }
+  if (!(std::isfinite(prefill_seconds_per_row) && prefill_seconds_per_row >= 0)) {
+    throw InvalidArgument("[null backend] prefill_seconds_per_row: expected a finite value >= 0, got " +
+                          std::to_string(prefill_seconds_per_row));
   }
 }
 
@@ -46,7 +54,13 @@ void NullBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
       throw InternalError("[null backend] execute: KV state of another backend");
     }
   }
-  if (step_seconds_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_seconds_));
+  // Rows per slot: a slot of several rows is a prompt chunk.
+  double sleep = step_seconds_;
+  for (size_t s = 0; s < inputs.slots.size(); ++s) {
+    const size_t rows = static_cast<size_t>(std::count(inputs.row_slot.begin(), inputs.row_slot.end(), s));
+    if (rows > 1) sleep += prefill_seconds_per_row_ * static_cast<double>(rows);
+  }
+  if (sleep > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
   const uint32_t n_vocab = static_cast<uint32_t>(graph.tensor(graph.logits).cols);
   for (size_t i = 0; i < inputs.outputs.size(); ++i) {
     const size_t row = static_cast<size_t>(inputs.output_rows[i]);

@@ -5,8 +5,10 @@
 // output row's token and position: a ramp that peaks at
 // (token + position + 1) mod n_vocab, so greedy decoding produces a known,
 // repeatable sequence. Each step sleeps step_seconds (once per step, however
-// many rows) to stand in for compute time. Its KV storage holds no bytes
-// (the shared KvState bookkeeping still tracks which positions are intact).
+// many rows) plus prefill_seconds_per_row for every row of its multi-row
+// segments (prompt chunks; a decode row is a one-row segment), to stand in
+// for compute time. Its KV storage holds no bytes (the shared KvState
+// bookkeeping still tracks which positions are intact).
 #pragma once
 
 #include <memory>
@@ -17,8 +19,8 @@ namespace muser {
 
 class NullBackend final : public Backend {
  public:
-  // step_seconds >= 0 and finite; throws InvalidArgument otherwise.
-  explicit NullBackend(double step_seconds);
+  // Both times >= 0 and finite; throws InvalidArgument otherwise.
+  NullBackend(double step_seconds, double prefill_seconds_per_row = 0.0);
 
   const char* name() const override { return "null"; }
   void load_weights(const WeightTable&) override {}
@@ -31,6 +33,7 @@ class NullBackend final : public Backend {
 
  private:
   double step_seconds_;
+  double prefill_seconds_per_row_;
 };
 
 }  // namespace muser

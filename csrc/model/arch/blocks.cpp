@@ -29,10 +29,10 @@ void norm(GraphBuilder& g, const HParams& hp, TensorId dst, TensorId src, uint32
   g.rms_norm(dst, src, g.weight(w), hp.rms_eps);
 }
 
-void project_qkv(GraphBuilder& g, const StepTensors& t, const AttentionWeights& w) {
-  g.mul_mat(t.q, g.weight(w.q), t.xn);
-  g.mul_mat(t.k, g.weight(w.k), t.xn);
-  g.mul_mat(t.v, g.weight(w.v), t.xn);
+void project_qkv(GraphBuilder& g, const StepTensors& t, const AttentionWeights& w, TensorId in) {
+  g.mul_mat(t.q, g.weight(w.q), in);
+  g.mul_mat(t.k, g.weight(w.k), in);
+  g.mul_mat(t.v, g.weight(w.v), in);
 }
 
 void attend(GraphBuilder& g, const HParams& hp, uint32_t il, const StepTensors& t, const AttentionWeights& w,
@@ -69,9 +69,9 @@ void attend(GraphBuilder& g, const HParams& hp, uint32_t il, const StepTensors& 
   g.mul_mat(t.proj, g.weight(w.output), t.attn);
 }
 
-void glu_ffn(GraphBuilder& g, const StepTensors& t, const FfnWeights& w, GluKind kind) {
-  g.mul_mat(t.gate, g.weight(w.gate), t.xn);
-  g.mul_mat(t.up, g.weight(w.up), t.xn);
+void glu_ffn(GraphBuilder& g, const StepTensors& t, const FfnWeights& w, GluKind kind, TensorId in) {
+  g.mul_mat(t.gate, g.weight(w.gate), in);
+  g.mul_mat(t.up, g.weight(w.up), in);
   g.glu(t.gate, t.gate, t.up, kind);
   g.mul_mat(t.proj, g.weight(w.down), t.gate);
 }

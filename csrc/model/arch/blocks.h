@@ -48,8 +48,8 @@ void embed_tokens(GraphBuilder& g, const HParams& hp, const StepTensors& t, uint
 // dst = RMSNorm(src) * w over whole rows.
 void norm(GraphBuilder& g, const HParams& hp, TensorId dst, TensorId src, uint32_t w);
 
-// q, k, v = xn times the three projection matrices.
-void project_qkv(GraphBuilder& g, const StepTensors& t, const AttentionWeights& w);
+// q, k, v = `in` (usually t.xn) times the three projection matrices.
+void project_qkv(GraphBuilder& g, const StepTensors& t, const AttentionWeights& w, TensorId in);
 
 // From projected q, k, v: biases, per-head norms, RoPE (unless the layer has
 // none), the KV write, attention over layer il's KV, and the output
@@ -57,8 +57,8 @@ void project_qkv(GraphBuilder& g, const StepTensors& t, const AttentionWeights& 
 void attend(GraphBuilder& g, const HParams& hp, uint32_t il, const StepTensors& t, const AttentionWeights& w,
             uint32_t rope_divisors);
 
-// t.proj = down(act(gate(xn)) * up(xn)).
-void glu_ffn(GraphBuilder& g, const StepTensors& t, const FfnWeights& w, GluKind kind);
+// t.proj = down(act(gate(in)) * up(in)), `in` usually t.xn.
+void glu_ffn(GraphBuilder& g, const StepTensors& t, const FfnWeights& w, GluKind kind, TensorId in);
 
 // x += proj, after normalizing proj with post_norm when given.
 void residual(GraphBuilder& g, const HParams& hp, const StepTensors& t, uint32_t post_norm);

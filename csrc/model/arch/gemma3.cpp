@@ -41,11 +41,11 @@ class Gemma3 final : public ArchModel {
     for (uint32_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& l = layers_[il];
       norm(g, hp_, t.xn, t.x, l.attn_norm);
-      project_qkv(g, t, l.attn);
+      project_qkv(g, t, l.attn, t.xn);
       attend(g, hp_, il, t, l.attn, head_.rope_divisors);
       residual(g, hp_, t, l.post_attn_norm);
       norm(g, hp_, t.xn, t.x, l.ffn_norm);
-      glu_ffn(g, t, l.ffn, GluKind::GeluTanh);
+      glu_ffn(g, t, l.ffn, GluKind::GeluTanh, t.xn);
       residual(g, hp_, t, l.post_ffn_norm);
       g.end_layer();
     }
