@@ -7,6 +7,8 @@ import pytest
 
 from metal_emulator_harness import ORDERS
 
+pytestmark = pytest.mark.metal_emulator
+
 N = 64  # two simdgroups
 
 

@@ -32,11 +32,14 @@ from tests.fixtures.numpy_reference import reference_logits
 from tests.fixtures.tiny_models import write_tiny_model
 from metal_emulator_harness import run_env
 
+pytestmark = pytest.mark.metal_emulator
+
 # (arch, weight type): every architecture, float and quantized weights, and
 # K-quants (those tiny models have 256-wide rows).
 CASES = [
     ("llama", "F32"), ("llama", "Q4_0"), ("qwen2", "F16"), ("qwen2", "Q8_0"), ("qwen3", "BF16"),
-    ("qwen3", "Q5_1"), ("gemma3", "F16"), ("gemma3", "Q4_K"), ("llama", "Q6_K"),
+    ("qwen3", "Q5_1"), ("gemma3", "F16"), ("gemma3", "Q4_K"), ("llama", "Q6_K"), ("phi3", "Q8_0"),
+    ("olmo2", "F32"),
 ]
 FLOAT_TYPES = {"F32", "F16", "BF16"}
 TOLERANCE = {"reference": 5e-4, "cpu_float": 5e-4, "cpu_quantized": 1e-1}

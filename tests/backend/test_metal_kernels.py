@@ -27,6 +27,8 @@ from kernel_cases import ALL_TYPES, block_geometry, id_of, random_matrix
 from metal_emulator_harness import ORDERS, OpFailed
 from muser._core import _testing as t
 
+pytestmark = pytest.mark.metal_emulator
+
 TOLERANCES = {"matmul": 1e-5, "rms_norm": 2e-6, "glu": 2e-6, "softcap": 2e-6, "attention": 2e-5}
 
 
