@@ -40,9 +40,14 @@ void StepRunner::forward(const std::vector<ForwardSegment>& segments) {
   in.slot_writes.clear();
   in.output_rows.clear();
   in.outputs.clear();
+  in.hidden.clear();
+  bool hidden = false;
+  for (const ForwardSegment& seg : segments) hidden = hidden || seg.hidden != nullptr;
+  const size_t n_embd = model_->hparams.n_embd;
   for (size_t s = 0; s < segments.size(); ++s) {
     const ForwardSegment& seg = segments[s];
     for (size_t i = 0; i < seg.n_tokens; ++i) {
+      if (hidden) in.hidden.push_back(seg.hidden != nullptr ? seg.hidden + i * n_embd : nullptr);
       in.tokens.push_back(seg.tokens[i]);
       in.positions.push_back(static_cast<int32_t>(seg.start + i));
       in.row_slot.push_back(static_cast<uint32_t>(s));
@@ -54,7 +59,7 @@ void StepRunner::forward(const std::vector<ForwardSegment>& segments) {
       in.outputs.push_back(seg.logits);
     }
   }
-  const StepGraph& graph = graph_for(ShapeClass{in.tokens.size(), in.outputs.size()});
+  const StepGraph& graph = graph_for(ShapeClass{in.tokens.size(), in.outputs.size(), hidden});
   for (const ForwardSegment& seg : segments) {
     if (!seg.replay) seg.kv->begin_write(seg.start, seg.n_tokens);
   }

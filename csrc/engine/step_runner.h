@@ -38,6 +38,12 @@ struct ForwardSegment {
   //   and kv is not written at all (truncate uses this to recover the logits
   //   of an earlier position). kv must satisfy intact(start, start + n_tokens).
   bool replay = false;
+  // Optional (embeddings): receives the final hidden state of EVERY row of
+  // the segment after the output norm -- the vectors the output matrix
+  // would multiply -- as n_tokens x n_embd floats, row-major. Same
+  // exactness contract as the logits: a row's vector does not depend on the
+  // other rows of the batch or on how its sequence was split into segments.
+  float* hidden = nullptr;
 };
 
 class StepRunner {

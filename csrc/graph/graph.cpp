@@ -213,8 +213,14 @@ TensorId GraphBuilder::attention(TensorId dst, TensorId q, const OpParams& p) {
 
 void GraphBuilder::end_layer() { graph_.layer_end.push_back(graph_.ops.size()); }
 
+void GraphBuilder::set_hidden(TensorId t) {
+  check(desc(t).kind == TensorKind::Activation && desc(t).rows == graph_.shape.n_rows, "set_hidden", "row mismatch");
+  graph_.hidden = t;
+}
+
 StepGraph GraphBuilder::finish(TensorId logits) {
   check(desc(logits).rows == graph_.shape.n_out, "finish", "logits rows != output rows");
+  check(!graph_.shape.hidden || graph_.hidden != kNoTensor, "finish", "the shape class wants hidden states");
   graph_.logits = logits;
   graph_.id = new_graph_id();
   return std::move(graph_);

@@ -23,11 +23,15 @@
 
 namespace muser {
 
-// The shape class of a step: rows in the step and rows whose logits leave it.
+// The shape class of a step: rows in the step, rows whose logits leave it,
+// and whether the final hidden states of its rows leave it too (embeddings).
 struct ShapeClass {
   size_t n_rows = 0;
   size_t n_out = 0;
-  bool operator==(const ShapeClass& o) const { return n_rows == o.n_rows && n_out == o.n_out; }
+  bool hidden = false;
+  bool operator==(const ShapeClass& o) const {
+    return n_rows == o.n_rows && n_out == o.n_out && hidden == o.hidden;
+  }
 };
 
 struct StepGraph {
@@ -36,6 +40,9 @@ struct StepGraph {
   std::vector<TensorDesc> tensors;
   std::vector<Op> ops;
   TensorId logits = kNoTensor;  // (n_out, n_vocab) activation: the step's output
+  // (n_rows, n_embd): every row's final hidden state after the output norm
+  // (what the output matrix would multiply); only when shape.hidden.
+  TensorId hidden = kNoTensor;
   // ops[0, layer_end[il]) compute everything up to and including layer il
   // (the fault-injection backend cuts graphs there).
   std::vector<size_t> layer_end;
@@ -76,6 +83,9 @@ class GraphBuilder {
 
   // Marks the end of layer il's ops.
   void end_layer();
+  // Names the tensor holding every row's final hidden state (required when
+  // shape().hidden).
+  void set_hidden(TensorId t);
   // Finishes the graph with `logits` as its output.
   StepGraph finish(TensorId logits);
 

@@ -23,6 +23,9 @@ struct StepInputs {
   // its logits go (n_vocab floats, host memory).
   std::vector<int32_t> output_rows;
   std::vector<float*> outputs;
+  // Per row, when the graph has hidden states (shape.hidden): where that
+  // row's final hidden state goes (n_embd floats, host), or null.
+  std::vector<float*> hidden;
 };
 
 }  // namespace muser

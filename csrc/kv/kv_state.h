@@ -23,10 +23,38 @@
 
 namespace muser {
 
+// A backend-neutral copy of the positions a KV state holds (saved sessions).
+// Per layer, the rows of positions [first_position, n_past) in position
+// order, as f16 bits: K rows of k_width, V rows of v_width. Global layers
+// start at 0; a sliding-window layer may start later (its ring no longer
+// holds older positions, and no later query needs them). A storage that
+// holds no rows (the null backend's) exports no layers.
+struct KvExport {
+  struct Layer {
+    bool ring = false;
+    size_t first_position = 0;
+    size_t k_width = 0;
+    size_t v_width = 0;
+    std::vector<uint16_t> k;  // (n_past - first_position) x k_width
+    std::vector<uint16_t> v;  // (n_past - first_position) x v_width
+  };
+  size_t n_past = 0;
+  std::vector<Layer> layers;
+};
+
 // Where a backend keeps a sequence's KV rows.
 class KvStorage {
  public:
   virtual ~KvStorage() = default;
+  // False for a storage that keeps no rows at all (the null backend).
+  virtual bool holds_rows() const { return true; }
+  // An empty storage of the same layout (nothing grown yet).
+  virtual std::unique_ptr<KvStorage> empty() const = 0;
+  // Copies plane row `row` of layer il out of / into host f16 rows of the
+  // layer's K and V widths (saved sessions; not on the forward path). The
+  // row must exist (grown).
+  virtual void read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const = 0;
+  virtual void write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) = 0;
   // Makes room for `global_rows` rows in every global plane and `ring_rows`
   // in every ring plane (never shrinks). Throws std::bad_alloc leaving every
   // existing row where and what it was.
@@ -55,6 +83,16 @@ class KvState {
   std::unique_ptr<KvState> clone() const;
   // Bytes of memory held (storage and bookkeeping).
   size_t bytes() const;
+
+  // Saved sessions (kv_state_io.cpp). export_kv copies what a forward
+  // resuming at n_past needs (InvalidArgument unless intact(n_past, n_past));
+  // import_kv replaces the whole state with such a copy, after which
+  // intact(n_past, n_past) holds and a forward continues bitwise as from the
+  // original. import_kv checks every count and width against this state's
+  // layout and throws InvalidArgument naming the first mismatch, leaving
+  // *this as it was.
+  KvExport export_kv(size_t n_past) const;
+  void import_kv(const KvExport& data);
 
   // Makes room for positions [start, start + n) (may throw std::bad_alloc,
   // leaving everything intact) and marks them lost until end_write.

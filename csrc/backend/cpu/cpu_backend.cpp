@@ -189,6 +189,13 @@ void CpuBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
   for (size_t i = 0; i < inputs.outputs.size(); ++i) {
     std::memcpy(inputs.outputs[i], rows + i * logits.cols, logits.cols * sizeof(float));
   }
+  if (graph.hidden != kNoTensor) {
+    const size_t n_embd = graph.tensor(graph.hidden).cols;
+    const float* hidden = f32(graph.hidden);
+    for (size_t r = 0; r < inputs.hidden.size(); ++r) {
+      if (inputs.hidden[r] != nullptr) std::memcpy(inputs.hidden[r], hidden + r * n_embd, n_embd * sizeof(float));
+    }
+  }
 }
 
 void CpuBackend::run_region(const Plan& plan, const StepGraph& graph, const StepInputs& inputs, int thread) {

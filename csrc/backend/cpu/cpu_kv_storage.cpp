@@ -35,19 +35,38 @@ std::unique_ptr<KvStorage> CpuKvStorage::clone(size_t global_rows) const {
     return to;
   };
   const size_t global_pages = (global_rows + kKvPageRows - 1) / kKvPageRows;
-  auto out = std::make_unique<CpuKvStorage>(KvLayout{});
-  out->layers_.resize(layers_.size());
+  std::unique_ptr<CpuKvStorage> out = clone_layout();
   for (size_t il = 0; il < layers_.size(); ++il) {
     const LayerPlanes& from = layers_[il];
     LayerPlanes& to = out->layers_[il];
-    to.ring = from.ring;
-    to.k_width = from.k_width;
-    to.v_width = from.v_width;
     const size_t n_pages = from.ring ? from.k.size() : std::min(from.k.size(), global_pages);
     to.k = copy_pages(from.k, n_pages, from.k_width);
     to.v = copy_pages(from.v, n_pages, from.v_width);
   }
   return out;
+}
+
+std::unique_ptr<KvStorage> CpuKvStorage::empty() const { return clone_layout(); }
+
+std::unique_ptr<CpuKvStorage> CpuKvStorage::clone_layout() const {
+  auto out = std::make_unique<CpuKvStorage>(KvLayout{});
+  out->layers_.resize(layers_.size());
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    out->layers_[il].ring = layers_[il].ring;
+    out->layers_[il].k_width = layers_[il].k_width;
+    out->layers_[il].v_width = layers_[il].v_width;
+  }
+  return out;
+}
+
+void CpuKvStorage::read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const {
+  std::memcpy(k, k_row(il, row), layers_[il].k_width * sizeof(uint16_t));
+  std::memcpy(v, v_row(il, row), layers_[il].v_width * sizeof(uint16_t));
+}
+
+void CpuKvStorage::write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) {
+  std::memcpy(k_row(il, row), k, layers_[il].k_width * sizeof(uint16_t));
+  std::memcpy(v_row(il, row), v, layers_[il].v_width * sizeof(uint16_t));
 }
 
 size_t CpuKvStorage::bytes() const {

@@ -25,6 +25,9 @@ class CpuKvStorage final : public KvStorage {
   void grow(size_t global_rows, size_t ring_rows) override;
   std::unique_ptr<KvStorage> clone(size_t global_rows) const override;
   size_t bytes() const override;
+  std::unique_ptr<KvStorage> empty() const override;
+  void read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const override;
+  void write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) override;
 
   uint16_t* k_row(uint32_t il, size_t plane_row) { return row_in(layers_[il].k, plane_row, layers_[il].k_width); }
   uint16_t* v_row(uint32_t il, size_t plane_row) { return row_in(layers_[il].v, plane_row, layers_[il].v_width); }
@@ -43,6 +46,9 @@ class CpuKvStorage final : public KvStorage {
     std::vector<Page> k;
     std::vector<Page> v;
   };
+
+  // A storage with this one's planes (ring flags, widths) and no pages.
+  std::unique_ptr<CpuKvStorage> clone_layout() const;
 
   static uint16_t* row_in(const std::vector<Page>& pages, size_t r, size_t width) {
     return pages[r / kKvPageRows].get() + (r % kKvPageRows) * width;

@@ -343,6 +343,15 @@ void MetalBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
     std::memcpy(inputs.outputs[i], arena + plan.tensor_offset[graph.logits] + i * vocab * sizeof(float),
                 vocab * sizeof(float));
   }
+  // Final hidden states (embeddings), for the rows that want them.
+  if (graph.hidden != kNoTensor) {
+    const size_t n_embd = graph.tensor(graph.hidden).cols;
+    for (size_t r = 0; r < inputs.hidden.size(); ++r) {
+      if (inputs.hidden[r] == nullptr) continue;
+      std::memcpy(inputs.hidden[r], arena + plan.tensor_offset[graph.hidden] + r * n_embd * sizeof(float),
+                  n_embd * sizeof(float));
+    }
+  }
 }
 
 }  // namespace muser::metal

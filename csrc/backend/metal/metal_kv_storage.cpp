@@ -54,15 +54,42 @@ void MetalKvStorage::grow(size_t global_rows, size_t ring_rows) {
   }
 }
 
-std::unique_ptr<KvStorage> MetalKvStorage::clone(size_t global_rows) const {
+std::unique_ptr<MetalKvStorage> MetalKvStorage::same_layout() const {
   auto copy = std::make_unique<MetalKvStorage>(device_, KvLayout{});
   copy->layers_.resize(layers_.size());
   for (size_t il = 0; il < layers_.size(); ++il) {
+    copy->layers_[il].ring = layers_[il].ring;
+    copy->layers_[il].k_width = layers_[il].k_width;
+    copy->layers_[il].v_width = layers_[il].v_width;
+  }
+  return copy;
+}
+
+std::unique_ptr<KvStorage> MetalKvStorage::empty() const { return same_layout(); }
+
+// Saved sessions only (not on the forward path): through the shared mapping,
+// so no command buffer is needed; the engine never overlaps this with a step.
+void MetalKvStorage::read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const {
+  const Layer& layer = layers_[il];
+  std::memcpy(k, static_cast<const uint16_t*>(device_->contents(layer.planes.k)) + row * layer.k_width,
+              layer.k_width * sizeof(uint16_t));
+  std::memcpy(v, static_cast<const uint16_t*>(device_->contents(layer.planes.v)) + row * layer.v_width,
+              layer.v_width * sizeof(uint16_t));
+}
+
+void MetalKvStorage::write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) {
+  Layer& layer = layers_[il];
+  std::memcpy(static_cast<uint16_t*>(device_->contents(layer.planes.k)) + row * layer.k_width, k,
+              layer.k_width * sizeof(uint16_t));
+  std::memcpy(static_cast<uint16_t*>(device_->contents(layer.planes.v)) + row * layer.v_width, v,
+              layer.v_width * sizeof(uint16_t));
+}
+
+std::unique_ptr<KvStorage> MetalKvStorage::clone(size_t global_rows) const {
+  std::unique_ptr<MetalKvStorage> copy = same_layout();
+  for (size_t il = 0; il < layers_.size(); ++il) {
     const Layer& from = layers_[il];
     Layer& to = copy->layers_[il];
-    to.ring = from.ring;
-    to.k_width = from.k_width;
-    to.v_width = from.v_width;
     const size_t rows = from.ring ? from.planes.rows : std::min(global_rows, from.planes.rows);
     if (rows == 0) continue;
     // Assigned one at a time so the copy's destructor frees whatever exists

@@ -22,6 +22,9 @@ class MetalKvStorage final : public KvStorage {
   MetalKvStorage(const MetalKvStorage&) = delete;
   MetalKvStorage& operator=(const MetalKvStorage&) = delete;
 
+  std::unique_ptr<KvStorage> empty() const override;
+  void read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const override;
+  void write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) override;
   void grow(size_t global_rows, size_t ring_rows) override;
   std::unique_ptr<KvStorage> clone(size_t global_rows) const override;
   size_t bytes() const override;
@@ -40,6 +43,8 @@ class MetalKvStorage final : public KvStorage {
     size_t k_width = 0, v_width = 0;
     Planes planes;
   };
+  // Same layout, no rows (for empty() and clone()).
+  std::unique_ptr<MetalKvStorage> same_layout() const;
   // Reallocates `layer` to `rows` rows, keeping its first `keep` rows.
   static void resize(MetalDevice& device, Layer& layer, size_t rows, size_t keep);
 

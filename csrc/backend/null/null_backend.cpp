@@ -14,9 +14,17 @@ namespace {
 
 class NullKvStorage final : public KvStorage {
  public:
+  bool holds_rows() const override { return false; }
   void grow(size_t, size_t) override {}
   std::unique_ptr<KvStorage> clone(size_t) const override { return std::make_unique<NullKvStorage>(); }
+  std::unique_ptr<KvStorage> empty() const override { return std::make_unique<NullKvStorage>(); }
   size_t bytes() const override { return sizeof(*this); }
+  void read_row(uint32_t, size_t, uint16_t*, uint16_t*) const override {
+    throw InternalError("[null backend] the null KV storage holds no rows");
+  }
+  void write_row(uint32_t, size_t, const uint16_t*, const uint16_t*) override {
+    throw InternalError("[null backend] the null KV storage holds no rows");
+  }
 };
 
 // Never chosen by "auto" (priority 0): it computes no model.
@@ -72,6 +80,17 @@ void NullBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
     for (uint32_t v = 0; v < n_vocab; ++v) {
       const uint32_t distance = (v + n_vocab - peak) % n_vocab;
       logits[v] = -step * static_cast<float>(distance);
+    }
+  }
+  if (graph.hidden != kNoTensor) {
+    // Repeatable stand-ins: a function of each row's token and position only.
+    const size_t n_embd = graph.tensor(graph.hidden).cols;
+    for (size_t r = 0; r < inputs.hidden.size(); ++r) {
+      float* out = inputs.hidden[r];
+      if (out == nullptr) continue;
+      const uint64_t token = static_cast<uint64_t>(inputs.tokens[r]);
+      const uint64_t position = static_cast<uint64_t>(inputs.positions[r]);
+      for (size_t i = 0; i < n_embd; ++i) out[i] = static_cast<float>((token * 31 + position * 7 + i) % 17) - 8.0f;
     }
   }
 }

@@ -89,6 +89,12 @@ TensorId output_head(GraphBuilder& g, const HParams& hp, const StepTensors& t, u
   const TensorId last = g.activation("out_x", n_out, hp.n_embd);
   const TensorId normed = g.activation("out_xn", n_out, hp.n_embd);
   const TensorId logits = g.activation("logits", n_out, hp.n_vocab);
+  if (g.shape().hidden) {
+    // Every row's final hidden state: the same norm the output rows get.
+    const TensorId hidden = g.activation("hidden", g.shape().n_rows, hp.n_embd);
+    norm(g, hp, hidden, t.x, output_norm);
+    g.set_hidden(hidden);
+  }
   g.get_rows(last, t.x, t.output_rows);
   norm(g, hp, normed, last, output_norm);
   g.mul_mat(logits, g.weight(output), normed);

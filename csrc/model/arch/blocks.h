@@ -63,7 +63,8 @@ void glu_ffn(GraphBuilder& g, const StepTensors& t, const FfnWeights& w, GluKind
 // x += proj, after normalizing proj with post_norm when given.
 void residual(GraphBuilder& g, const HParams& hp, const StepTensors& t, uint32_t post_norm);
 
-// The logits of the output rows: final norm, output matrix, soft-cap.
+// The logits of the output rows: final norm, output matrix, soft-cap; and,
+// when the shape class asks, every row's final normed hidden state.
 TensorId output_head(GraphBuilder& g, const HParams& hp, const StepTensors& t, uint32_t output_norm,
                      uint32_t output);
 
