@@ -50,7 +50,9 @@ DECODES = [77, 5, 199]
 def script() -> str:
     """Sessions A, B, C prefilled with PROMPTS then decoding DECODES as one
     group; A2, B2, C2 the same but decoding alone; S split-prefills PROMPTS[0];
-    P prefills PROMPTS[0] + [DECODES[0]] in one piece."""
+    P prefills PROMPTS[0] + [DECODES[0]] in one piece; R is A's snapshot
+    exported to host rows and imported back (saved sessions), then decoding
+    like A; E is the final hidden states of PROMPTS[1] (embeddings)."""
     lines = []
     for name, prompt in zip("ABC", PROMPTS):
         for suffix in ("", "2"):
@@ -62,8 +64,12 @@ def script() -> str:
         lines.append(f"save {name} {name}_group")
         lines.append(f"decode {name}2 {token}")
         lines.append(f"save {name}2 {name}_alone")
+    lines.append("roundtrip A R")
     lines.append("decode A 31")
     lines.append("save A A_decode2")
+    lines.append("decode R 31")
+    lines.append("save R R_decode2")
+    lines.append(f"embed E {' '.join(map(str, PROMPTS[1]))}")
     p0 = PROMPTS[0]
     lines += ["session S 64", f"prefill S {' '.join(map(str, p0[:5]))}", f"prefill S {' '.join(map(str, p0[5:]))}",
               "save S S_split", "session P 64", f"prefill P {' '.join(map(str, p0 + [DECODES[0]]))}",
@@ -130,6 +136,15 @@ def test_metal_engine_matches_cpu_and_is_batch_invariant(engine_runner, tmp_path
         np.testing.assert_array_equal(load(out, f"{name}_alone"), load(out, f"{name}_group"))
     np.testing.assert_array_equal(load(out, "S_split"), load(out, "A_prefill"))
     np.testing.assert_array_equal(load(out, "P_whole"), load(out, "A_group"))
+    # A KV exported to host rows and imported again continues bitwise.
+    np.testing.assert_array_equal(load(out, "R_decode2"), load(out, "A_decode2"))
+
+    # Embeddings: final hidden states vs the CPU backend's (same runner).
+    cpu_done, cpu_out = run_metal(engine_runner, model, tmp_path, backend="cpu")
+    assert cpu_done.returncode == 0 and "backend=cpu" in cpu_done.stdout, cpu_done.stderr[-3000:]
+    hidden, hidden_cpu = load(out, "E"), load(cpu_out, "E")
+    assert hidden.size == hidden_cpu.size > 0 and hidden.size % len(PROMPTS[1]) == 0
+    assert np.abs(hidden - hidden_cpu).max() <= rel * np.abs(hidden_cpu).max()
 
 
 @pytest.mark.slow

@@ -11,6 +11,9 @@
 //   decode NAME TOKEN                 Session::decode
 //   group N NAME1..NAMEN TOKEN1..N    Session::decode_group (one step)
 //   save NAME FILE                    NAME's logits -> OUT_DIR/FILE.bin (float32)
+//   embed FILE TOKEN...               final hidden states of a text (n_tokens x n_embd) -> FILE.bin
+//   roundtrip NAME NEW                NEW = NAME's snapshot, its KV exported to host rows and
+//                                     imported into a fresh KV state (saved sessions)
 // On success prints "backend=<name that ran> live_fake_objects=<n>" (the
 // fake Metal objects still alive after the engine is gone: 0 unless the host
 // leaks). Exit status 3 for an engine error (message on stderr).
@@ -25,6 +28,7 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/hidden_states.h"
 #include "engine/session.h"
 
 extern "C" long fake_metal_live_objects(void);
@@ -84,6 +88,28 @@ int run(const std::string& model, const std::string& backend, const std::string&
           tokens.push_back(t);
         }
         muser::Session::decode_group(members, tokens);
+      } else if (command == "embed") {
+        std::string file;
+        words >> file;
+        std::vector<int32_t> tokens;
+        for (int32_t t; words >> t;) tokens.push_back(t);
+        const std::vector<std::vector<float>> hidden = muser::compute_hidden_states(*engine, {tokens});
+        std::ofstream f(out + "/" + file + ".bin", std::ios::binary);
+        f.write(reinterpret_cast<const char*>(hidden[0].data()), static_cast<std::streamsize>(hidden[0].size() * 4));
+      } else if (command == "roundtrip") {
+        std::string name, copy;
+        words >> name >> copy;
+        std::shared_ptr<const muser::SessionSnapshot> snap = session(name).snapshot();
+        const muser::KvExport rows = snap->kv->export_kv(snap->tokens.size());
+        muser::SessionSnapshot restored;
+        restored.engine = snap->engine;
+        restored.max_context = snap->max_context;
+        restored.tokens = snap->tokens;
+        restored.logits = snap->logits;
+        restored.kv = engine->new_kv_state(snap->max_context);
+        restored.kv->import_kv(rows);
+        sessions[copy] = engine->new_session(snap->max_context);
+        sessions[copy]->restore(restored);
       } else if (command == "save") {
         std::string name, file;
         words >> name >> file;

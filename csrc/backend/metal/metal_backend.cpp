@@ -241,6 +241,9 @@ void MetalBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const OpParams& p = op.p;
+    // A step that only wants hidden states has no logits rows: the ops that
+    // produce them have nothing to do (Metal rejects empty grids).
+    if (op.dst != kNoTensor && graph.tensor(op.dst).rows == 0) continue;
     switch (op.kind) {
       case OpKind::GetRows: {
         if (is_weight(op.src[0])) {
