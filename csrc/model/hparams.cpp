@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/arch/architecture.h"
 #include "weights/gguf_file.h"
+#include "weights/memory_budget.h"
 
 namespace muser {
 namespace {
@@ -60,8 +61,18 @@ namespace {
 using Keys = HParamKeys;
 
 uint32_t read_vocab_size(const GgufFile& file, const Keys& keys) {
-  if (keys.has("vocab_size")) return keys.count("vocab_size", 1, std::numeric_limits<int32_t>::max());
-  if (const GgufArray* tokens = file.get_array("tokenizer.ggml.tokens", false)) {
+  const GgufArray* tokens = file.get_array("tokenizer.ggml.tokens", false);
+  if (keys.has("vocab_size")) {
+    const uint32_t n_vocab = keys.count("vocab_size", 1, std::numeric_limits<int32_t>::max());
+    // Logits have n_vocab entries and any of them can be sampled; each must
+    // be a token the tokenizer can turn into text (and every token a row).
+    if (tokens != nullptr && tokens->count != n_vocab) {
+      fail("key '" + keys.key("vocab_size") + "' = " + std::to_string(n_vocab) + " but 'tokenizer.ggml.tokens' has " +
+           std::to_string(tokens->count) + " tokens: expected them equal");
+    }
+    return n_vocab;
+  }
+  if (tokens != nullptr) {
     if (tokens->count == 0 || tokens->count > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
       fail("key 'tokenizer.ggml.tokens': expected 1 to 2^31-1 tokens, got " + std::to_string(tokens->count));
     }
@@ -124,6 +135,8 @@ bool HParams::has_sliding_layers() const {
 }
 
 HParams HParams::from_gguf(const GgufFile& file) {
+  // Before any size below is trusted: the file's data must fit the machine.
+  check_model_memory(file);
   HParams hp;
   hp.arch_name = std::string(file.get_string("general.architecture"));
   find_arch(hp.arch_name);  // an unsupported architecture fails before any other key

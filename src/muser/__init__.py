@@ -9,18 +9,22 @@ from __future__ import annotations
 from muser.errors import (
     Cancelled,
     ContextOverflow,
+    DeadlineExceeded,
+    DeviceMemoryError,
     FetchError,
     GrammarError,
     InternalError,
     ModelFormatError,
     MuserError,
     Overloaded,
+    SlotReleased,
     SessionFileError,
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
 from muser.engine import BackendInfo, Engine, Session, SessionSnapshot, backends
 from muser.pool import CancelToken, Lease, Slot, SlotPool
+from muser import limits
 from muser import models
 from muser import sampling
 from muser.sampling.params import SamplingParams
@@ -41,6 +45,7 @@ __all__ = [
     "Slot",
     "SlotPool",
     "embeddings",
+    "limits",
     "models",
     "openai",
     "sampling",
@@ -54,6 +59,8 @@ __all__ = [
     "stream",
     "Cancelled",
     "ContextOverflow",
+    "DeadlineExceeded",
+    "DeviceMemoryError",
     "FetchError",
     "Grammar",
     "GrammarError",
@@ -61,6 +68,7 @@ __all__ = [
     "ModelFormatError",
     "MuserError",
     "Overloaded",
+    "SlotReleased",
     "SessionFileError",
     "Unhealthy",
 ]

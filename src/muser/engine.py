@@ -18,17 +18,17 @@ raises :class:`muser.ContextOverflow`.
 from __future__ import annotations
 
 import logging
-import operator
 import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from muser import _core
+from muser import _core, limits
 from muser.keywords import checked_keywords
 
 if TYPE_CHECKING:
@@ -100,11 +100,11 @@ class Session:
 
         Raises:
             ValueError: a token id outside ``[0, n_vocab)``.
-            TypeError: an element that is not an integer.
+            TypeError: an element that is not an integer (or ``tokens`` is a str/bytes).
             ContextOverflow: ``n_past + len(tokens) > max_context``.
             Cancelled: ``cancel`` was cancelled; seen at a chunk boundary.
         """
-        self._core.prefill([operator.index(t) for t in tokens], cancel)
+        self._core.prefill(limits.check_token_ids("tokens", tokens, self._engine.n_vocab), cancel)
 
     def decode(self, token: int) -> None:
         """Append one token; ``logits`` become the distribution after it.
@@ -113,7 +113,8 @@ class Session:
             ValueError: a token id outside ``[0, n_vocab)``.
             ContextOverflow: the session already holds ``max_context`` tokens.
         """
-        self._core.decode(operator.index(token))
+        (token,) = limits.check_token_ids("token", (token,), self._engine.n_vocab)
+        self._core.decode(token)
 
     @property
     def logits(self) -> np.ndarray | None:
@@ -155,7 +156,7 @@ class Session:
         Raises:
             ValueError: ``n < 0`` or ``n > n_past``.
         """
-        self._core.truncate(operator.index(n))
+        self._core.truncate(limits.check_int("n", n))  # the core checks n <= n_past
 
     def snapshot(self) -> SessionSnapshot:
         """Copy the whole state (KV cache, tokens, logits) into an immutable snapshot."""
@@ -223,12 +224,13 @@ class Engine:
     Raises:
         ModelFormatError: the file is malformed, or its architecture, tensor
             types or shapes are unsupported (the message names the key or tensor).
-        ValueError: bad ``threads`` or ``backend``.
+        ValueError: bad ``threads`` (1..``muser.limits.MAX_THREADS``) or ``backend``.
+        TypeError: ``threads`` is not an int.
 
     Thread safety: share one engine between threads freely.
     """
 
-    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_sha256", "__weakref__")
+    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_sha256", "_pools", "_pools_lock", "__weakref__")
 
     @checked_keywords
     def __init__(
@@ -241,6 +243,7 @@ class Engine:
         null_prefill_seconds_per_row: float = 0.0,
     ) -> None:
         _check_not_a_name(path)
+        threads = limits.check_threads(threads)
         started = time.perf_counter()
         self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds,
                                   null_prefill_seconds_per_row)
@@ -257,6 +260,28 @@ class Engine:
         self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
         self._default_pool: SlotPool | None = None
         self._sha256: str | None = None
+        self._pools: weakref.WeakSet[SlotPool] = weakref.WeakSet()  # every SlotPool made on this engine
+        self._pools_lock = threading.Lock()  # WeakSets are not thread-safe
+
+    def _add_pool(self, pool: SlotPool) -> None:
+        with self._pools_lock:
+            self._pools.add(pool)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel and join the generations running on this engine's pools
+        (up to ``timeout`` seconds in all) and close those pools. Sessions
+        stay usable. Called at interpreter exit for whatever is still running;
+        ``with Engine(...) as engine:`` calls it on leaving the block."""
+        with self._pools_lock:
+            pools = list(self._pools)
+        for pool in pools:
+            pool.close(timeout)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close()
 
     @property
     def config(self) -> dict[str, Any]:
@@ -389,8 +414,18 @@ class Engine:
             add_special: add BOS/EOS as the model's metadata asks.
             parse_special: let texts of control tokens (``<|im_start|>``...) in
                 ``text`` become those tokens; otherwise they are plain text.
+
+        Raises:
+            TypeError: ``text`` is not a str (bytes must be decoded first).
+            ValueError: ``text`` is longer than ``muser.limits.MAX_TEXT_CHARS``, or
+                holds a lone surrogate (not Unicode text).
         """
-        return self._core.tokenizer.encode(text, add_special, parse_special)
+        try:
+            return self._core.tokenizer.encode(limits.check_text("text", text), add_special, parse_special)
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"text has a lone surrogate {text[exc.start]!r} at position {exc.start}: it has no UTF-8 form"
+            ) from None
 
     def detokenize(self, tokens: Sequence[int], remove_special: bool = True, unparse_special: bool = False) -> str:
         """Text of ``tokens`` (llama.cpp's detokenize); invalid UTF-8 becomes U+FFFD.
@@ -398,7 +433,8 @@ class Engine:
         Raises:
             ValueError: an id outside the vocabulary.
         """
-        return self._core.tokenizer.decode([operator.index(t) for t in tokens], remove_special, unparse_special)
+        ids = limits.check_token_ids("tokens", tokens, self.n_vocab)
+        return self._core.tokenizer.decode(ids, remove_special, unparse_special)
 
     def token_bytes(self, special: bool = False) -> list[bytes]:
         """The bytes every token contributes inside a text, indexed by id
@@ -423,7 +459,7 @@ class Engine:
         from muser.pool import SlotPool
 
         with self._lock:
-            if self._default_pool is None:
+            if self._default_pool is None or self._default_pool._closed:
                 self._default_pool = SlotPool(self, slots=4)
             return self._default_pool
 
@@ -446,6 +482,8 @@ class Engine:
         Raises:
             ValueError: ``max_context`` outside ``1..context_length``.
         """
+        if max_context is not None:
+            max_context = limits.check_int("max_context", max_context, 1)  # the core checks the training context
         return Session(self._core.session(max_context), self)
 
     def decode_group(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:
@@ -466,7 +504,7 @@ class Engine:
             if session.engine is not self:
                 raise ValueError(f"[decode_group] session {index} belongs to another engine")
             cores.append(session._core)
-        self._core.decode_group(cores, [operator.index(t) for t in tokens])
+        self._core.decode_group(cores, limits.check_token_ids("tokens", tokens, self.n_vocab))
 
     @overload
     def embed(self, texts: str, *, pooling: Pooling = "mean", normalize: bool = True, add_special: bool = True,

@@ -75,6 +75,7 @@ def build(out_dir: Path) -> dict[str, Path]:
     clang = find_clang()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else ["-G", "Unix Makefiles"]
     _run(["cmake", "-S", str(REPO), "-B", str(out_dir), *generator, "-DMUSER_METAL_EMULATOR=ON",
+          "-DMUSER_CUDA=OFF",  # a CUDA toolkit on the machine is not this build's business
           f"-DCMAKE_CXX_COMPILER={clang}", f"-DCMAKE_OBJCXX_COMPILER={clang}", "-DCMAKE_BUILD_TYPE=Debug",
           f"-DCMAKE_CXX_FLAGS={FLAGS}", f"-DCMAKE_OBJCXX_FLAGS={FLAGS}",
           f"-DCMAKE_EXE_LINKER_FLAGS={SANITIZE}", f"-DPython_EXECUTABLE={sys.executable}"],
