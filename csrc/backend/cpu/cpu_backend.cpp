@@ -22,6 +22,8 @@ constexpr size_t kRowsPerTask = 8;
 constexpr size_t kAttentionBlockRows = 4;
 // Query heads per KV head the attention blocks are sized for.
 constexpr size_t kMaxGroupHeads = 64;
+// Output projections up to this size are repacked (see the constructor).
+constexpr uint64_t kMaxPackedOutputBytes = uint64_t{64} << 20;
 
 // A norm weight or bias as float32 (ModelWeights checked its type and shape).
 std::vector<float> to_floats(const TensorInfo* t) {
@@ -95,6 +97,19 @@ CpuBackend::CpuBackend(std::shared_ptr<const Model> model, std::shared_ptr<Threa
     lv.rope_kind = static_cast<size_t>(same - rope_.begin());
   }
   output_norm_ = to_floats(w.output_norm);
+  // Interleaved copies of the matmul weights whose best kernels want them
+  // (packed_weights.h), made once here; the rest stay zero-copy views. The
+  // output projection only meets the few rows that need logits, so a large
+  // one streams from memory at the same speed in either layout: packing it
+  // would only cost load time and memory (gemma3's 262k-token vocabulary is
+  // 180 MB of Q8_0).
+  std::vector<const TensorInfo*> projections;
+  if (w.output->n_bytes <= kMaxPackedOutputBytes) projections.push_back(w.output);
+  for (const LayerWeights& lw : w.layers) {
+    projections.insert(projections.end(), {lw.attn_q, lw.attn_k, lw.attn_v, lw.attn_output,
+                                           lw.ffn_gate, lw.ffn_up, lw.ffn_down});
+  }
+  packed_ = cpu::PackedWeights(projections, cpu::kernel_set(cpu::best_isa()), *pool_);
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -216,9 +231,9 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
                     ws_.xn.data() + r * n_embd);
     }
   });
-  cpu::matmul(*lw.attn_q, ws_.xn.data(), n_rows, ws_.q.data(), pool);
-  cpu::matmul(*lw.attn_k, ws_.xn.data(), n_rows, ws_.k.data(), pool);
-  cpu::matmul(*lw.attn_v, ws_.xn.data(), n_rows, ws_.v.data(), pool);
+  cpu::matmul(*lw.attn_q, packed_, ws_.xn.data(), n_rows, ws_.q.data(), pool);
+  cpu::matmul(*lw.attn_k, packed_, ws_.xn.data(), n_rows, ws_.k.data(), pool);
+  cpu::matmul(*lw.attn_v, packed_, ws_.xn.data(), n_rows, ws_.v.data(), pool);
 
   for_row_chunks(n_rows, [&](size_t first, size_t last) {
     for (size_t r = first; r < last; ++r) {
@@ -299,7 +314,7 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
     pool.parallel_for(n_tasks, attention_task);
   }
 
-  cpu::matmul(*lw.attn_output, ws_.attn.data(), n_rows, ws_.proj.data(), pool);
+  cpu::matmul(*lw.attn_output, packed_, ws_.attn.data(), n_rows, ws_.proj.data(), pool);
   for_row_chunks(n_rows, [&](size_t first, size_t last) {
     for (size_t r = first; r < last; ++r) {
       float* proj = ws_.proj.data() + r * n_embd;
@@ -311,8 +326,8 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
   });
 
   // --- feed-forward block
-  cpu::matmul(*lw.ffn_gate, ws_.xn.data(), n_rows, ws_.gate.data(), pool);
-  cpu::matmul(*lw.ffn_up, ws_.xn.data(), n_rows, ws_.up.data(), pool);
+  cpu::matmul(*lw.ffn_gate, packed_, ws_.xn.data(), n_rows, ws_.gate.data(), pool);
+  cpu::matmul(*lw.ffn_up, packed_, ws_.xn.data(), n_rows, ws_.up.data(), pool);
   for_row_chunks(n_rows, [&](size_t first, size_t last) {
     for (size_t r = first; r < last; ++r) {
       float* gate = ws_.gate.data() + r * hp.n_ff;
@@ -324,7 +339,7 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
       }
     }
   });
-  cpu::matmul(*lw.ffn_down, ws_.gate.data(), n_rows, ws_.proj.data(), pool);
+  cpu::matmul(*lw.ffn_down, packed_, ws_.gate.data(), n_rows, ws_.proj.data(), pool);
   for_row_chunks(n_rows, [&](size_t first, size_t last) {
     for (size_t r = first; r < last; ++r) {
       float* proj = ws_.proj.data() + r * n_embd;
@@ -355,7 +370,7 @@ void CpuBackend::compute_logits(const std::vector<ForwardSegment>& segments) {
     cpu::rms_norm(ws_.x.data() + last_row[i] * hp.n_embd, output_norm_.data(), hp.n_embd, hp.rms_eps,
                   ws_.xn.data() + i * hp.n_embd);
   }
-  cpu::matmul(*model_->weights.output, ws_.xn.data(), n_out, ws_.logits.data(), *pool_);
+  cpu::matmul(*model_->weights.output, packed_, ws_.xn.data(), n_out, ws_.logits.data(), *pool_);
   for (size_t i = 0; i < n_out; ++i) {
     float* logits = ws_.logits.data() + i * hp.n_vocab;
     if (hp.final_logit_softcap > 0.0f) cpu::softcap(logits, hp.n_vocab, hp.final_logit_softcap);

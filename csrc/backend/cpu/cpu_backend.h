@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops_activation.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/ops_rope.h"
 #include "backend/cpu/vec_f16.h"
 #include "core/thread_pool.h"
@@ -71,6 +72,7 @@ class CpuBackend final : public Backend {
   const cpu::ActivationOps& activations_;
   std::vector<LayerVectors> layer_vectors_;
   std::vector<float> output_norm_;
+  cpu::PackedWeights packed_;  // read-only after construction
   std::vector<cpu::RopeFrequencies> rope_;
   Workspace ws_;
   std::vector<Row> rows_;

@@ -41,10 +41,35 @@ using QuantizeFn = void (*)(const float* x, uint8_t* dst, size_t n);
 constexpr uint32_t kMaxTypeId = 32;
 constexpr uint32_t kActivationFormats = 4;
 
+// Weight rows a packed layout interleaves into one group (matmul splits
+// output rows in multiples of this).
+constexpr size_t kPackedRows = 16;
+
+// A packed tile: like TileFn, but the weights are in the table's packed
+// layout for the type, `packed` points at the group that holds the tile's
+// first weight row (a multiple of kPackedRows), and n_w_rows results are
+// written per activation row. Same contract as TileFn.
+using PackedTileFn = void (*)(size_t n, const uint8_t* packed, size_t n_w_rows, const uint8_t* act,
+                              size_t act_row_bytes, size_t n_act_rows, float* y, size_t y_stride);
+
+// A weight layout a table repacks a type into once, at load (see
+// packed_weights.h), because its kernels run faster on it than on the GGUF
+// blocks. Only present (group_bytes != null) for the types and instruction
+// sets that gain.
+struct PackedKernel {
+  // Bytes of one group of kPackedRows rows of n elements.
+  size_t (*group_bytes)(size_t n);
+  // Packs rows [0, n_w_rows) (at most kPackedRows, w_row_bytes apart, GGUF
+  // blocks) into one group at dst; missing rows are zero-filled.
+  void (*pack_group)(size_t n, const uint8_t* w, size_t w_row_bytes, size_t n_w_rows, uint8_t* dst);
+  PackedTileFn tile;
+};
+
 struct KernelSet {
   Isa isa;
   TileFn tile[kMaxTypeId];
   QuantizeFn quantize[kActivationFormats];
+  PackedKernel packed[kMaxTypeId];
 };
 
 // The kernel tables, one per instruction set. Only call the SIMD ones after

@@ -19,7 +19,7 @@ namespace {
 #include "backend/cpu/x86_kernels_256.inc"
 
 constexpr KernelSet make_avx2_set() {
-  KernelSet set{Isa::Avx2, {}, {}};
+  KernelSet set{Isa::Avx2, {}, {}, {}};
   set_quantizers(set);
   set.tile[0] = tile_rows<FloatKernel256<FloatF32>>;    // F32
   set.tile[1] = tile_rows<FloatKernel256<FloatF16>>;    // F16

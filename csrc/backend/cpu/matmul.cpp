@@ -16,6 +16,7 @@ namespace {
 // Output rows per parallel task are a multiple of this (the SIMD tiles work
 // on groups of up to 4 weight rows).
 constexpr size_t kChunkGranule = 16;
+static_assert(kChunkGranule % kPackedRows == 0, "packed tiles start on a group boundary");
 // Tasks per thread for load balance (the work per row is uniform, but the
 // machine is shared with other processes).
 constexpr size_t kTasksPerThread = 4;
@@ -52,10 +53,9 @@ void require_2d(const TensorInfo& w, const char* where) {
   }
 }
 
-}  // namespace
-
-void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
-            const KernelSet& kernels) {
+// packed: null, or w's pack made with `kernels`.
+void matmul_with(const TensorInfo& w, const PackedWeight* packed, const float* x, size_t n_rows, float* y,
+                 ThreadPool& pool, const KernelSet& kernels) {
   require_2d(w, "matmul");
   const uint32_t type_id = static_cast<uint32_t>(w.type);
   const TileFn tile = type_id < kMaxTypeId ? kernels.tile[type_id] : nullptr;
@@ -95,6 +95,17 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
   chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
   const size_t n_tasks = (n_out + chunk - 1) / chunk;
   const uint8_t* act_bytes = act.get();
+  if (packed != nullptr) {
+    // Chunks start on a group boundary (kChunkGranule is a multiple of kPackedRows).
+    const PackedTileFn packed_tile = packed->kernel().tile;
+    pool.parallel_for(n_tasks, [&](size_t task, int) {
+      const size_t first = task * chunk;
+      const size_t rows = std::min(n_out, first + chunk) - first;
+      packed_tile(n_in, packed->data() + first / kPackedRows * packed->group_bytes(), rows, act_bytes,
+                  act_row_bytes, n_rows, y + first, n_out);
+    });
+    return;
+  }
   pool.parallel_for(n_tasks, [&](size_t task, int) {
     // One tile call per chunk: the kernels block for the caches themselves
     // and may reorganize the activation rows once per call.
@@ -105,8 +116,29 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
   });
 }
 
+}  // namespace
+
+void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
+            const KernelSet& kernels) {
+  matmul_with(w, nullptr, x, n_rows, y, pool, kernels);
+}
+
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
-  matmul(w, x, n_rows, y, pool, kernel_set(best_isa()));
+  matmul_with(w, nullptr, x, n_rows, y, pool, kernel_set(best_isa()));
+}
+
+void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
+  matmul_with(w.source(), &w, x, n_rows, y, pool, w.kernels());
+}
+
+void matmul(const TensorInfo& w, const PackedWeights& packs, const float* x, size_t n_rows, float* y,
+            ThreadPool& pool) {
+  const PackedWeight* packed = packs.find(w);
+  if (packed != nullptr) {
+    matmul_with(w, packed, x, n_rows, y, pool, packed->kernels());
+  } else {
+    matmul_with(w, nullptr, x, n_rows, y, pool, kernel_set(best_isa()));
+  }
 }
 
 void dequantize_rows(const TensorInfo& w, const int32_t* row_ids, size_t n, float* out) {

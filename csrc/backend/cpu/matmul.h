@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "backend/cpu/kernel_set.h"
+#include "backend/cpu/packed_weights.h"
 #include "core/thread_pool.h"
 #include "weights/gguf_file.h"
 
@@ -33,5 +34,15 @@ void dequantize_rows(const TensorInfo& w, const int32_t* row_ids, size_t n, floa
 // (tests compare instruction sets; benchmarks time them). Same contract.
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
             const KernelSet& kernels);
+
+// matmul on a packed copy of a weight, with the table that packed it. The
+// results are the kernels' for that table and layout (for the packed VNNI
+// layouts: bitwise ref::vec_dot); same contract.
+void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool);
+
+// matmul of w through its pack in `packs` when it has one, else with the
+// best table on the GGUF blocks.
+void matmul(const TensorInfo& w, const PackedWeights& packs, const float* x, size_t n_rows, float* y,
+            ThreadPool& pool);
 
 }  // namespace muser::cpu
