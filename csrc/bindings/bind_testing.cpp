@@ -124,7 +124,7 @@ void bind_testing_kernels(nb::module_& m) {
       "cpu_isas",
       [] {
         std::vector<std::string> names;
-        for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512, cpu::Isa::Avx512Vnni}) {
+        for (cpu::Isa isa : cpu::kAllIsas) {
           if (cpu::isa_supported(isa)) names.emplace_back(cpu::isa_name(isa));
         }
         return names;

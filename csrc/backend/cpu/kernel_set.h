@@ -12,8 +12,14 @@
 
 namespace muser::cpu {
 
-// Avx512 means F/BW/VL/DQ; Avx512Vnni adds the VNNI int8 dot product.
-enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni };
+// x86-64: Avx512 means F/BW/VL/DQ; Avx512Vnni adds the VNNI int8 dot
+// product. arm64: Neon is the baseline Advanced SIMD every arm64 CPU has;
+// NeonDotprod adds SDOT (FEAT_DotProd), NeonI8mm adds SMMLA (FEAT_I8MM).
+enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni, Neon, NeonDotprod, NeonI8mm };
+
+// Every instruction set, slowest first within each architecture.
+constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2,       Isa::Avx512,  Isa::Avx512Vnni,
+                            Isa::Neon,   Isa::NeonDotprod, Isa::NeonI8mm};
 
 // Computes a tile of weight-row x activation-row dot products:
 //
@@ -78,6 +84,9 @@ const KernelSet& scalar_kernel_set();
 const KernelSet& avx2_kernel_set();
 const KernelSet& avx512_kernel_set();
 const KernelSet& avx512vnni_kernel_set();
+const KernelSet& neon_kernel_set();
+const KernelSet& neon_dotprod_kernel_set();
+const KernelSet& neon_i8mm_kernel_set();
 
 const char* isa_name(Isa isa);
 // Whether this CPU (and this build) can run `isa`. Scalar always can.
@@ -86,7 +95,8 @@ bool isa_supported(Isa isa);
 Isa best_isa();
 // The table for `isa`; throws InvalidArgument when this CPU cannot run it.
 const KernelSet& kernel_set(Isa isa);
-// Parses "scalar" / "avx2" / "avx512" / "avx512vnni" / "best"; throws InvalidArgument for
+// Parses "scalar" / "avx2" / "avx512" / "avx512vnni" / "neon" / "neon_dotprod" /
+// "neon_i8mm" / "best" (an isa_name or "best"); throws InvalidArgument for
 // other names and for instruction sets this CPU cannot run.
 Isa parse_isa(const char* name);
 
