@@ -109,7 +109,8 @@ CpuBackend::CpuBackend(std::shared_ptr<const Model> model, std::shared_ptr<Threa
     projections.insert(projections.end(), {lw.attn_q, lw.attn_k, lw.attn_v, lw.attn_output,
                                            lw.ffn_gate, lw.ffn_up, lw.ffn_down});
   }
-  packed_ = cpu::PackedWeights(projections, cpu::kernel_set(cpu::best_isa()), *pool_);
+  packed_ = cpu::PackedWeights(projections, cpu::kernel_set(cpu::best_isa()), *pool_,
+                               cpu::SourcePages::ReleaseMapped);
 }
 
 CpuBackend::~CpuBackend() = default;

@@ -7,6 +7,7 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 #include "core/error.h"
@@ -34,6 +35,26 @@ uint8_t* allocate_pack(size_t bytes) {
   if (alignment == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);  // advice only; failure is harmless
 #endif
   return static_cast<uint8_t*>(p);
+}
+
+// Once packed, a tensor's GGUF bytes are not read by matmul again; the pages
+// this process faulted in while packing would stay resident beside the pack.
+// Dropping them from this process keeps the resident cost of a pack at its
+// own size. Only for a read-only file mapping (the page cache keeps the data,
+// and a later reader, such as the embedding lookup of a tied output table,
+// faults it back in); on anonymous memory this would zero the bytes. Only
+// whole pages inside the tensor are dropped.
+void release_source_pages(const TensorInfo& w) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(w.data);
+  const uintptr_t first = (begin + static_cast<uintptr_t>(page) - 1) / static_cast<uintptr_t>(page) * static_cast<uintptr_t>(page);
+  const uintptr_t last = (begin + w.n_bytes) / static_cast<uintptr_t>(page) * static_cast<uintptr_t>(page);
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);  // advice only
+#else
+  (void)w;
+#endif
 }
 
 }  // namespace
@@ -83,11 +104,12 @@ PackedWeight::PackedWeight(const TensorInfo& w, const KernelSet& kernels, Thread
 PackedWeight::~PackedWeight() { std::free(data_); }
 
 PackedWeights::PackedWeights(const std::vector<const TensorInfo*>& tensors, const KernelSet& kernels,
-                             ThreadPool& pool) {
+                             ThreadPool& pool, SourcePages source_pages) {
   for (const TensorInfo* t : tensors) {
     if (t == nullptr || by_tensor_.count(t) != 0 || !has_packed_layout(kernels, t->type)) continue;
     packs_.push_back(std::make_unique<PackedWeight>(*t, kernels, pool));
     by_tensor_.emplace(t, packs_.back().get());
+    if (source_pages == SourcePages::ReleaseMapped) release_source_pages(*t);
   }
 }
 

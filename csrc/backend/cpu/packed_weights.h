@@ -51,13 +51,23 @@ class PackedWeight {
   uint8_t* data_ = nullptr;  // 64-byte aligned, owned
 };
 
+// What happens to a packed tensor's own pages in this process.
+enum class SourcePages {
+  Keep,
+  // The tensors are views of a read-only file mapping (the GGUF mmap): drop
+  // their pages from this process once packed, so a pack does not cost its
+  // size twice in resident memory. Readers still see the same bytes.
+  ReleaseMapped,
+};
+
 // The packs of a model's matmul weights, keyed by the tensor each replaces.
 class PackedWeights {
  public:
   PackedWeights() = default;
   // Packs each distinct tensor of `tensors` (nulls skipped) that `kernels`
   // has a layout for.
-  PackedWeights(const std::vector<const TensorInfo*>& tensors, const KernelSet& kernels, ThreadPool& pool);
+  PackedWeights(const std::vector<const TensorInfo*>& tensors, const KernelSet& kernels, ThreadPool& pool,
+                SourcePages source_pages);
 
   // The pack of w, or null when w is used as it is.
   const PackedWeight* find(const TensorInfo& w) const;
