@@ -173,7 +173,7 @@ void init_engine(nb::module_& m) {
 
   nb::class_<Engine>(m, "Engine", "A mapped GGUF model with its backend. Thread-safe.")
       .def(nb::new_([](const std::string& path, std::optional<int> threads, const std::string& backend,
-                       double null_step_seconds) {
+                       double null_step_seconds, double null_prefill_seconds_per_row) {
              EngineOptions options;
              if (threads.has_value() && *threads < 1) {
                throw InvalidArgument("[engine] threads: expected at least 1 (or None), got " +
@@ -182,11 +182,12 @@ void init_engine(nb::module_& m) {
              options.threads = threads.value_or(0);
              options.backend = backend;
              options.null_step_seconds = null_step_seconds;
+             options.null_prefill_seconds_per_row = null_prefill_seconds_per_row;
              nb::gil_scoped_release release;
              return Engine::open(path, options);
            }),
            nb::arg("path"), nb::arg("threads") = nb::none(), nb::arg("backend") = "auto",
-           nb::arg("null_step_seconds") = 0.0,
+           nb::arg("null_step_seconds") = 0.0, nb::arg("null_prefill_seconds_per_row") = 0.0,
            "Map and validate a GGUF model. Raises ModelFormatError for a bad or unsupported file.")
       .def_prop_ro("config", &engine_config, "Hyperparameters, special tokens and chat template (a new dict).")
       .def("metadata", [](const Engine& e) { return metadata_dict(e.file()); }, "All GGUF metadata (a copy).")
@@ -229,6 +230,9 @@ void init_engine(nb::module_& m) {
           nb::arg("sessions"), nb::arg("tokens"),
           "Append tokens[i] to sessions[i] for 1..4 distinct sessions in one weight pass.\n"
           "Checks everything first: on any error no session changes. Releases the GIL.")
+      .def_prop_ro(
+          "schedule_recorder", [](Engine& e) -> ScheduleRecorder& { return e.scheduler().recorder(); },
+          nb::rv_policy::reference_internal, "This engine's schedule recorder (see muser.testing).")
       .def(
           "scheduler_stats",
           [](Engine& e) { return scheduler_stats_dict(e.scheduler().stats()); },

@@ -34,8 +34,7 @@ void init_scheduler(nb::module_& m) {
   nb::class_<AcceleratorScheduler>(m, "AcceleratorScheduler",
                                    "One owner of one accelerator: decode rotation and prefill priority.\n"
                                    "Thread-safe; acquire_* block with the GIL released.")
-      .def(nb::init<bool>(), nb::arg("record_grants") = false,
-           "record_grants keeps the last 4096 grants for grant_log().")
+      .def(nb::init<>())
       .def(
           "acquire_decode",
           [](AcceleratorScheduler& s, uint64_t sequence_id) {
@@ -67,20 +66,6 @@ void init_scheduler(nb::module_& m) {
              SchedulerState st = s.snapshot_state();
              return std::vector<uint64_t>(st.waiting_decode.begin(), st.waiting_decode.end());
            })
-      .def("grant_log",
-           [](const AcceleratorScheduler& s) {
-             nb::list out;
-             for (const GrantRecord& r : s.grant_log()) {
-               nb::dict d;
-               d["kind"] = r.kind == WorkKind::Decode ? "decode" : "prefill";
-               d["granted"] = r.granted;
-               d["waiting_decode"] = r.waiting_decode;
-               d["last_decode"] = r.last_decode;
-               out.append(d);
-             }
-             return out;
-           },
-           "The recorded grants, oldest first: kind, granted ids, waiting decode ids and the rotation cursor.")
       .def("stats",
            [](const AcceleratorScheduler& s) { return scheduler_stats_dict(s.stats()); })
       .def_static(

@@ -136,6 +136,7 @@ void init_serve(nb::module_& m) {
       .def_prop_ro("healthy", &SlotPool::healthy)
       .def_prop_ro("slots", &SlotPool::n_slots)
       .def_prop_ro("max_context", &SlotPool::max_context)
+      .def_prop_ro("id", &SlotPool::id, "Process-unique pool id (labels its events in schedule recordings).")
       .def("stats", [](const SlotPool& p) {
         PoolStats st = p.stats();
         nb::dict d;

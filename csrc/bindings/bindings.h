@@ -11,6 +11,7 @@ void init_engine(nanobind::module_& m);
 // Creates the `_testing` submodule (internals for tests and benchmarks).
 void init_testing(nanobind::module_& m);
 void init_scheduler(nanobind::module_& m);
+void init_schedule(nanobind::module_& m);
 void init_serve(nanobind::module_& m);
 void init_tokenizer(nanobind::module_& m);
 

@@ -7,6 +7,7 @@ NB_MODULE(_core, m) {
   muser::bindings::init_engine(m);
   muser::bindings::init_testing(m);
   muser::bindings::init_scheduler(m);
+  muser::bindings::init_schedule(m);
   muser::bindings::init_serve(m);
   muser::bindings::init_tokenizer(m);
 }

@@ -14,10 +14,37 @@ uint64_t elapsed_ns(Clock::time_point since) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count());
 }
 
+// Schedule-recording hooks. Called with the scheduler's lock held, so the
+// recorded order of requests, grants and releases is their true order.
+uint64_t record_requested(ScheduleRecorder& recorder, WorkKind kind, const std::set<uint64_t>& sessions) {
+  if (!recorder.on()) return 0;
+  ScheduleEvent event;
+  event.kind = ScheduleEventKind::PermitRequested;
+  event.subject = recorder.next_permit_id();
+  event.what = kind == WorkKind::Decode ? "decode" : "prefill";
+  event.sessions.assign(sessions.begin(), sessions.end());
+  event.rows = kind == WorkKind::Decode ? sessions.size() : 0;
+  const uint64_t id = event.subject;
+  recorder.record(std::move(event));
+  return id;
+}
+
+void record_permit_event(ScheduleRecorder& recorder, ScheduleEventKind kind, uint64_t permit_id, uint64_t rows = 0,
+                         std::string what = {}) {
+  if (permit_id == 0 || !recorder.on()) return;
+  ScheduleEvent event;
+  event.kind = kind;
+  event.subject = permit_id;
+  event.rows = rows;
+  event.what = std::move(what);
+  recorder.record(std::move(event));
+}
+
 }  // namespace
 
 Permit::Permit(Permit&& other) noexcept
-    : scheduler_(other.scheduler_), kind_(other.kind_), granted_at_(other.granted_at_) {
+    : scheduler_(other.scheduler_), kind_(other.kind_), granted_at_(other.granted_at_),
+      record_id_(other.record_id_) {
   other.scheduler_ = nullptr;
 }
 
@@ -27,6 +54,7 @@ Permit& Permit::operator=(Permit&& other) noexcept {
     scheduler_ = other.scheduler_;
     kind_ = other.kind_;
     granted_at_ = other.granted_at_;
+    record_id_ = other.record_id_;
     other.scheduler_ = nullptr;
   }
   return *this;
@@ -64,6 +92,7 @@ Permit AcceleratorScheduler::acquire_decode_group(const std::set<uint64_t>& sequ
     }
   }
   state_.waiting_decode.insert(sequence_ids.begin(), sequence_ids.end());
+  const uint64_t record_id = record_requested(recorder_, WorkKind::Decode, sequence_ids);
   // Whatever happens next, this group stops waiting.
   auto leave_queue = [&] {
     for (uint64_t id : sequence_ids) state_.waiting_decode.erase(id);
@@ -72,9 +101,11 @@ Permit AcceleratorScheduler::acquire_decode_group(const std::set<uint64_t>& sequ
   if (poisoned_) {
     leave_queue();
     changed_.notify_all();
+    record_permit_event(recorder_, ScheduleEventKind::PermitRefused, record_id, 0, "unhealthy");
     throw_if_poisoned_locked();
   }
-  record_locked(WorkKind::Decode, sequence_ids);
+  record_permit_event(recorder_, ScheduleEventKind::PermitGranted, record_id, sequence_ids.size());
+  active_record_id_ = record_id;
   state_.last_decode = rotation_cursor_after(state_, sequence_ids);
   leave_queue();
   state_.active = true;
@@ -85,18 +116,23 @@ Permit AcceleratorScheduler::acquire_decode_group(const std::set<uint64_t>& sequ
   stats_.max_permit_wait_ns = std::max(stats_.max_permit_wait_ns, waited);
   Permit permit(this, WorkKind::Decode);
   permit.granted_at_ = Clock::now();
+  permit.record_id_ = record_id;
   return permit;
 }
 
-Permit AcceleratorScheduler::acquire_prefill() {
+Permit AcceleratorScheduler::acquire_prefill(uint64_t session_id) {
   auto started = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   throw_if_poisoned_locked();
   state_.waiting_prefill += 1;
+  const uint64_t record_id = record_requested(
+      recorder_, WorkKind::Prefill, session_id != 0 ? std::set<uint64_t>{session_id} : std::set<uint64_t>{});
   changed_.wait(lock, [&] { return poisoned_ || prefill_eligible(state_); });
   state_.waiting_prefill -= 1;
+  if (poisoned_) record_permit_event(recorder_, ScheduleEventKind::PermitRefused, record_id, 0, "unhealthy");
   throw_if_poisoned_locked();
-  record_locked(WorkKind::Prefill, {});
+  record_permit_event(recorder_, ScheduleEventKind::PermitGranted, record_id);
+  active_record_id_ = record_id;
   decoded_since_previous_prefill_ = stats_.decode_grants != decode_grants_at_last_prefill_;
   decode_grants_at_last_prefill_ = stats_.decode_grants;
   state_.active = true;
@@ -106,6 +142,7 @@ Permit AcceleratorScheduler::acquire_prefill() {
   stats_.max_permit_wait_ns = std::max(stats_.max_permit_wait_ns, waited);
   Permit permit(this, WorkKind::Prefill);
   permit.granted_at_ = Clock::now();
+  permit.record_id_ = record_id;
   return permit;
 }
 
@@ -114,6 +151,8 @@ void AcceleratorScheduler::release(Permit& permit) {
     std::lock_guard<std::mutex> lock(mutex_);
     state_.active = false;
     stats_.permit_hold_ns += elapsed_ns(permit.granted_at_);
+    record_permit_event(recorder_, ScheduleEventKind::PermitReleased, permit.record_id_);
+    active_record_id_ = 0;
   }
   permit.scheduler_ = nullptr;
   changed_.notify_all();
@@ -128,22 +167,6 @@ void AcceleratorScheduler::poison(Permit& permit, const std::string& reason) {
   release(permit);
 }
 
-void AcceleratorScheduler::record_locked(WorkKind kind, const std::set<uint64_t>& granted) {
-  if (!record_grants_) return;
-  GrantRecord record;
-  record.kind = kind;
-  record.granted.assign(granted.begin(), granted.end());
-  record.waiting_decode.assign(state_.waiting_decode.begin(), state_.waiting_decode.end());
-  record.last_decode = state_.last_decode;
-  if (grant_log_.size() == kGrantLogCapacity) grant_log_.pop_front();
-  grant_log_.push_back(std::move(record));
-}
-
-std::vector<GrantRecord> AcceleratorScheduler::grant_log() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return {grant_log_.begin(), grant_log_.end()};
-}
-
 bool AcceleratorScheduler::decoded_since_previous_prefill() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return decoded_since_previous_prefill_;
@@ -153,6 +176,8 @@ void AcceleratorScheduler::record_prefill_chunk(size_t rows, bool contended) {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.prefill_rows += rows;
   if (contended) stats_.prefill_chunks_contended += 1;
+  record_permit_event(recorder_, ScheduleEventKind::PrefillChunk, active_record_id_, rows,
+                      contended ? "contended" : "idle");
 }
 
 bool AcceleratorScheduler::has_waiting_decode() const {

@@ -12,12 +12,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <vector>
 #include <mutex>
 #include <set>
 #include <string>
 
+#include "engine/schedule_recorder.h"
 #include "engine/scheduling_policy.h"
 
 namespace muser {
@@ -47,6 +47,7 @@ class Permit {
   AcceleratorScheduler* scheduler_ = nullptr;
   WorkKind kind_ = WorkKind::Decode;
   std::chrono::steady_clock::time_point granted_at_{};
+  uint64_t record_id_ = 0;  // its id in the schedule recording; 0 when not recorded
 };
 
 struct SchedulerStats {
@@ -60,20 +61,9 @@ struct SchedulerStats {
   uint64_t max_permit_wait_ns = 0;
 };
 
-// One grant as the scheduler saw it, for telemetry and property tests.
-struct GrantRecord {
-  WorkKind kind = WorkKind::Decode;
-  std::vector<uint64_t> granted;          // decode: the group's ids
-  std::vector<uint64_t> waiting_decode;   // every waiting decode id at the grant
-  std::optional<uint64_t> last_decode;    // the rotation cursor before the grant
-};
-
 class AcceleratorScheduler {
  public:
-  static constexpr size_t kGrantLogCapacity = 4096;
-
-  // With record_grants, the last kGrantLogCapacity grants are kept.
-  explicit AcceleratorScheduler(bool record_grants = false) : record_grants_(record_grants) {}
+  AcceleratorScheduler() = default;
   AcceleratorScheduler(const AcceleratorScheduler&) = delete;
   AcceleratorScheduler& operator=(const AcceleratorScheduler&) = delete;
 
@@ -81,8 +71,9 @@ class AcceleratorScheduler {
   Permit acquire_decode(uint64_t sequence_id);
   // Blocks until the rotation selects one of `sequence_ids` (1..4 distinct ids).
   Permit acquire_decode_group(const std::set<uint64_t>& sequence_ids);
-  // Blocks until nobody is active and no decode waits.
-  Permit acquire_prefill();
+  // Blocks until nobody is active and no decode waits. `session_id` only
+  // labels the permit in a schedule recording (0: none).
+  Permit acquire_prefill(uint64_t session_id = 0);
 
   bool has_waiting_decode() const;
   // For the holder of a prefill permit: whether decodes ran between the
@@ -96,14 +87,15 @@ class AcceleratorScheduler {
   std::string poison_reason() const;
   SchedulerStats stats() const;
   SchedulerState snapshot_state() const;
-  std::vector<GrantRecord> grant_log() const;
+  // The schedule recording of this scheduler's permits (and, through the
+  // engine, of its pools).
+  ScheduleRecorder& recorder() { return recorder_; }
 
  private:
   friend class Permit;
   void release(Permit& permit);
   void poison(Permit& permit, const std::string& reason);
   void throw_if_poisoned_locked() const;
-  void record_locked(WorkKind kind, const std::set<uint64_t>& granted);
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
@@ -111,10 +103,10 @@ class AcceleratorScheduler {
   bool poisoned_ = false;
   std::string poison_reason_;
   SchedulerStats stats_;
-  bool record_grants_;
   uint64_t decode_grants_at_last_prefill_ = 0;
   bool decoded_since_previous_prefill_ = false;
-  std::deque<GrantRecord> grant_log_;
+  ScheduleRecorder recorder_;
+  uint64_t active_record_id_ = 0;  // the recorded id of the permit now held, if any
 };
 
 }  // namespace muser

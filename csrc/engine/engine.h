@@ -23,6 +23,7 @@ struct EngineOptions {
   int threads = 0;                 // compute threads; 0 = physical cores
   std::string backend = "auto";    // "auto" (best available), "cpu" or "null"
   double null_step_seconds = 0.0;  // per-forward sleep of the null backend
+  double null_prefill_seconds_per_row = 0.0;  // its extra sleep per row of a multi-row (prompt) segment
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {

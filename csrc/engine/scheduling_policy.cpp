@@ -28,13 +28,21 @@ size_t prefill_chunk_rows(bool decode_waiting, size_t remaining_rows) {
 }
 
 uint64_t rotation_cursor_after(const SchedulerState& state, const std::set<uint64_t>& group) {
-  // Walk the group in rotation order from the selected member; the last one
-  // visited becomes the cursor, so the next turn goes to whoever follows it.
   std::optional<uint64_t> selected = next_decode(state);
-  uint64_t start = selected ? *selected : *group.begin();
-  auto at_or_after = group.lower_bound(start);
-  if (at_or_after == group.begin()) return *group.rbegin();
-  return *std::prev(at_or_after);
+  const uint64_t start = selected && group.count(*selected) != 0 ? *selected : *group.begin();
+  std::set<uint64_t> waiting(state.waiting_decode);
+  waiting.insert(group.begin(), group.end());
+  // Everyone waiting in rotation order from `start`: [start, end) then [begin, start).
+  uint64_t cursor = start;
+  auto visit = [&](std::set<uint64_t>::const_iterator from, std::set<uint64_t>::const_iterator to) {
+    for (auto it = from; it != to; ++it) {
+      if (group.count(*it) == 0) return false;
+      cursor = *it;
+    }
+    return true;
+  };
+  if (visit(waiting.find(start), waiting.end())) visit(waiting.begin(), waiting.find(start));
+  return cursor;
 }
 
 }  // namespace muser

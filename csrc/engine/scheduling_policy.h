@@ -41,8 +41,13 @@ bool prefill_eligible(const SchedulerState& state);
 // Rows for the next prefill chunk, given how many remain.
 size_t prefill_chunk_rows(bool decode_waiting, size_t remaining_rows);
 
-// After a decode group runs, the rotation cursor moves to the member that
-// comes last in rotation order starting from the selected one.
+// After a decode group runs, the rotation cursor moves along the rotation
+// from the selected member over the group's members, stopping before the
+// first waiting sequence that is not in the group: a waiter that the group's
+// later members passed is next, so nobody is passed over twice. (Moving the
+// cursor to the group's last member instead let a group {1, 4} pass a
+// waiting 3 on every turn: a starved decoder, found by muser.testing.)
+// `state` is the state at the grant: the group's ids are still waiting.
 uint64_t rotation_cursor_after(const SchedulerState& state, const std::set<uint64_t>& group);
 
 }  // namespace muser

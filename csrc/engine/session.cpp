@@ -44,8 +44,11 @@ void Session::run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t st
   AcceleratorScheduler& scheduler = engine_->scheduler();
   size_t done = 0;
   while (done < n) {
-    if (cancel != nullptr && cancel->cancelled()) throw Cancelled("[session] prefill cancelled");
-    Permit permit = scheduler.acquire_prefill();
+    if (cancel != nullptr && cancel->cancelled()) {
+      scheduler.recorder().record_cancelled(0, -1, id_, "prefill");
+      throw Cancelled("[session] prefill cancelled");
+    }
+    Permit permit = scheduler.acquire_prefill(id_);
     // Decided at the boundary, holding the permit: a decoder waiting now, or
     // one served since the previous chunk (it will be back within a step),
     // makes this chunk short.
@@ -139,7 +142,7 @@ void Session::truncate(size_t n) {
     seg.start = n - 1;
     seg.logits = staged_logits_.data();
     seg.replay = true;
-    Permit permit = engine_->scheduler().acquire_prefill();
+    Permit permit = engine_->scheduler().acquire_prefill(id_);
     engine_->forward(permit, {seg});
     kv_->forget_from(n);
   } else {

@@ -1,5 +1,7 @@
 #include "serve/slot_admission.h"
 
+#include <string>
+
 #include "core/error.h"
 
 namespace muser {
@@ -38,18 +40,36 @@ std::optional<size_t> SlotAdmission::best_free_slot_locked(
   return best;
 }
 
+void SlotAdmission::record_locked(ScheduleEventKind kind, uint64_t ticket, int64_t slot, const char* what) const {
+  if (recorder_ == nullptr || !recorder_->on()) return;
+  ScheduleEvent event;
+  event.kind = kind;
+  event.subject = ticket;
+  event.pool = pool_id_;
+  event.slot = slot;
+  event.what = what;
+  recorder_->record(std::move(event));
+  if (kind == ScheduleEventKind::AdmissionRefused && std::string(what) == "cancelled") {
+    recorder_->record_cancelled(pool_id_, -1, 0, "admission");
+  }
+}
+
 size_t SlotAdmission::acquire(std::optional<std::chrono::nanoseconds> timeout, const CancelTokenPtr& cancel,
                               const std::function<SlotAffinity(size_t)>& affinity) {
   const auto started = Clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
+  if (unhealthy_) record_locked(ScheduleEventKind::AdmissionRefused, 0, -1, "unhealthy");
   throw_if_unhealthy_locked();
   if (waiting_tickets_.size() >= max_waiting_ && !(waiting_tickets_.empty() && best_free_slot_locked(nullptr))) {
+    record_locked(ScheduleEventKind::AdmissionRefused, 0, -1, "overloaded");
     stats_.rejections += 1;
     throw Overloaded("[slot_pool] " + std::to_string(waiting_tickets_.size()) +
                      " callers are already waiting (max_waiting=" + std::to_string(max_waiting_) + ")");
   }
   const uint64_t ticket = next_ticket_++;
   waiting_tickets_.insert(ticket);
+  // Recorded tickets count from 1: 0 means "never queued".
+  record_locked(ScheduleEventKind::AdmissionRequested, ticket + 1, -1, "");
   auto leave = [&] {
     waiting_tickets_.erase(ticket);
     changed_.notify_all();  // the next ticket may now be first in line
@@ -60,17 +80,20 @@ size_t SlotAdmission::acquire(std::optional<std::chrono::nanoseconds> timeout, c
   while (true) {
     if (unhealthy_) {
       leave();
+      record_locked(ScheduleEventKind::AdmissionRefused, ticket + 1, -1, "unhealthy");
       throw_if_unhealthy_locked();
     }
     if (cancel && cancel->cancelled()) {
       stats_.cancellations += 1;
       leave();
+      record_locked(ScheduleEventKind::AdmissionRefused, ticket + 1, -1, "cancelled");
       throw Cancelled("[slot_pool] cancelled while waiting for a slot");
     }
     if (*waiting_tickets_.begin() == ticket) {
       if (std::optional<size_t> slot = best_free_slot_locked(affinity)) {
         in_use_[*slot] = true;
         leave();
+        record_locked(ScheduleEventKind::Admitted, ticket + 1, static_cast<int64_t>(*slot), "");
         stats_.admissions += 1;
         stats_.admission_wait_ns += static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
@@ -80,6 +103,7 @@ size_t SlotAdmission::acquire(std::optional<std::chrono::nanoseconds> timeout, c
     if (deadline && Clock::now() >= *deadline) {
       stats_.timeouts += 1;
       leave();
+      record_locked(ScheduleEventKind::AdmissionRefused, ticket + 1, -1, "timeout");
       throw Timeout("[slot_pool] no slot became free within the timeout");
     }
     auto wake_by = Clock::time_point::max();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/cancel_token.h"
+#include "engine/schedule_recorder.h"
 
 namespace muser {
 
@@ -58,6 +59,13 @@ class SlotAdmission {
   void release(size_t slot);
   void mark_unhealthy(const std::string& reason);
 
+  // Admission events go to `recorder` (when it is on), labelled `pool_id`.
+  // Call once, before the admission is shared between threads.
+  void attach_recorder(ScheduleRecorder* recorder, uint64_t pool_id) {
+    recorder_ = recorder;
+    pool_id_ = pool_id;
+  }
+
   bool healthy() const;
   std::string unhealthy_reason() const;
   size_t n_slots() const { return in_use_.size(); }
@@ -67,6 +75,8 @@ class SlotAdmission {
  private:
   void throw_if_unhealthy_locked() const;
   std::optional<size_t> best_free_slot_locked(const std::function<SlotAffinity(size_t)>& affinity) const;
+  // Under mutex_, so a pool's admission events are recorded in their true order.
+  void record_locked(ScheduleEventKind kind, uint64_t ticket, int64_t slot, const char* what) const;
 
   const size_t max_waiting_;
   mutable std::mutex mutex_;
@@ -77,6 +87,8 @@ class SlotAdmission {
   bool unhealthy_ = false;
   std::string unhealthy_reason_;
   AdmissionStats stats_;
+  ScheduleRecorder* recorder_ = nullptr;
+  uint64_t pool_id_ = 0;
 };
 
 }  // namespace muser

@@ -14,11 +14,15 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return i;
 }
 
+std::atomic<uint64_t> next_pool_id{1};
+
 }  // namespace
 
 SlotPool::SlotPool(std::shared_ptr<Engine> engine, size_t n_slots, size_t max_waiting, size_t max_context,
                    std::chrono::microseconds batch_window)
-    : engine_(std::move(engine)), max_context_(max_context), admission_(n_slots, max_waiting) {
+    : engine_(std::move(engine)), id_(next_pool_id.fetch_add(1)), max_context_(max_context),
+      admission_(n_slots, max_waiting) {
+  admission_.attach_recorder(&recorder(), id_);
   for (size_t i = 0; i < n_slots; ++i) sessions_.push_back(engine_->new_session(max_context));
   staging_ = engine_->new_session(max_context);
   if (n_slots > 1) {
@@ -55,7 +59,24 @@ SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<st
     s->truncate(keep);  // keep == n_past changes nothing; else recomputes the logits at keep - 1
     lease.reused_tokens = keep;
     reused_prefix_tokens_ += keep;
+    if (recorder().on()) {
+      ScheduleEvent event;
+      event.kind = ScheduleEventKind::Leased;
+      event.pool = id_;
+      event.slot = static_cast<int64_t>(lease.slot);
+      event.sessions.push_back(s->id());
+      event.rows = keep;
+      recorder().record(std::move(event));
+    }
   } catch (...) {
+    if (recorder().on()) {
+      ScheduleEvent event;
+      event.kind = ScheduleEventKind::LeaseReleased;
+      event.pool = id_;
+      event.slot = static_cast<int64_t>(lease.slot);
+      event.what = "failed";
+      recorder().record(std::move(event));
+    }
     admission_.release(lease.slot);
     throw;
   }
@@ -65,6 +86,15 @@ SlotLease SlotPool::acquire(const std::vector<int32_t>& prompt, std::optional<st
 void SlotPool::release(size_t slot, bool healthy) {
   check_slot(slot);
   if (!healthy) admission_.mark_unhealthy("a lease on slot " + std::to_string(slot) + " ended in an unknown state");
+  if (recorder().on()) {
+    // Before the slot is free: its next lease is recorded after this release.
+    ScheduleEvent event;
+    event.kind = ScheduleEventKind::LeaseReleased;
+    event.pool = id_;
+    event.slot = static_cast<int64_t>(slot);
+    event.what = healthy ? "healthy" : "unhealthy";
+    recorder().record(std::move(event));
+  }
   admission_.release(slot);
 }
 
@@ -75,12 +105,26 @@ void SlotPool::run_group(const std::vector<DecodeJob*>& group) {
     sessions.push_back(static_cast<Session*>(job->payload));
     tokens.push_back(job->token);
   }
+  if (recorder().on()) {
+    ScheduleEvent event;
+    event.kind = ScheduleEventKind::DecodeGroup;
+    event.pool = id_;
+    event.rows = group.size();
+    for (size_t i = 0; i < group.size(); ++i) {
+      event.slots.push_back(static_cast<int64_t>(group[i]->slot_id));
+      event.sessions.push_back(sessions[i]->id());
+    }
+    recorder().record(std::move(event));
+  }
   Session::decode_group(sessions, tokens);
 }
 
 void SlotPool::decode(size_t slot, int32_t token, const CancelTokenPtr& cancel) {
   std::shared_ptr<Session> s = session(slot);
-  if (cancel && cancel->cancelled()) throw Cancelled("[slot_pool] the request was cancelled");
+  if (cancel && cancel->cancelled()) {
+    recorder().record_cancelled(id_, static_cast<int64_t>(slot), s->id(), "decode");
+    throw Cancelled("[slot_pool] the request was cancelled");
+  }
   if (!batcher_) {
     s->decode(token);
     return;
@@ -90,7 +134,12 @@ void SlotPool::decode(size_t slot, int32_t token, const CancelTokenPtr& cancel) 
   job.token = token;
   job.payload = s.get();
   job.cancel = cancel;
-  batcher_->submit(job);
+  try {
+    batcher_->submit(job);
+  } catch (const Cancelled&) {
+    recorder().record_cancelled(id_, static_cast<int64_t>(slot), s->id(), "decode_queue");
+    throw;
+  }
 }
 
 void SlotPool::begin_decoding() {

@@ -75,13 +75,17 @@ class SlotPool {
   size_t n_slots() const { return sessions_.size(); }
   size_t max_context() const { return max_context_; }
   const std::shared_ptr<Engine>& engine() const { return engine_; }
+  // Process-unique, from 1: labels this pool's events in schedule recordings.
+  uint64_t id() const { return id_; }
   PoolStats stats() const;
 
  private:
   void check_slot(size_t slot) const;
   void run_group(const std::vector<DecodeJob*>& group);
+  ScheduleRecorder& recorder() const { return engine_->scheduler().recorder(); }
 
   std::shared_ptr<Engine> engine_;
+  const uint64_t id_;
   const size_t max_context_;
   mutable std::mutex sessions_mutex_;  // guards the session pointers (swapped by context_shift)
   std::vector<std::shared_ptr<Session>> sessions_;

@@ -106,7 +106,7 @@ class Session:
 class Engine:
     """A mapped GGUF model with its backend. Thread-safe."""
 
-    def __init__(self, path: str, threads: int | None = None, backend: str = 'auto', null_step_seconds: float = 0.0) -> None:
+    def __init__(self, path: str, threads: int | None = None, backend: str = 'auto', null_step_seconds: float = 0.0, null_prefill_seconds_per_row: float = 0.0) -> None:
         """
         Map and validate a GGUF model. Raises ModelFormatError for a bad or unsupported file.
         """
@@ -141,6 +141,10 @@ class Engine:
         Append tokens[i] to sessions[i] for 1..4 distinct sessions in one weight pass.
         Checks everything first: on any error no session changes. Releases the GIL.
         """
+
+    @property
+    def schedule_recorder(self) -> ScheduleRecorder:
+        """This engine's schedule recorder (see muser.testing)."""
 
     def scheduler_stats(self) -> dict:
         """
@@ -181,8 +185,7 @@ class AcceleratorScheduler:
     Thread-safe; acquire_* block with the GIL released.
     """
 
-    def __init__(self, record_grants: bool = False) -> None:
-        """record_grants keeps the last 4096 grants for grant_log()."""
+    def __init__(self) -> None: ...
 
     def acquire_decode(self, sequence_id: int) -> Permit: ...
 
@@ -200,11 +203,6 @@ class AcceleratorScheduler:
 
     def waiting_decode(self) -> list[int]: ...
 
-    def grant_log(self) -> list:
-        """
-        The recorded grants, oldest first: kind, granted ids, waiting decode ids and the rotation cursor.
-        """
-
     def stats(self) -> dict: ...
 
     @staticmethod
@@ -214,6 +212,32 @@ class AcceleratorScheduler:
     @staticmethod
     def prefill_chunk_rows(decode_waiting: bool, remaining_rows: int) -> int:
         """The pure chunking rule: rows in the next prefill chunk."""
+
+class ScheduleRecorder:
+    """
+    An engine's scheduling event log (permits, admissions, decode groups, cancellations, notes).
+    Events are tuples (seq, time_ns, kind, subject, pool, slot, rows, sessions, slots, what, detail).
+    Thread-safe; cheap when not recording.
+    """
+
+    def start(self) -> None:
+        """Clear and start recording; ValueError if already recording."""
+
+    def stop(self) -> list:
+        """Stop recording; returns every event, oldest first."""
+
+    def events(self) -> list:
+        """The events so far (a copy)."""
+
+    @property
+    def recording(self) -> bool: ...
+
+    @property
+    def dropped(self) -> int:
+        """Events lost because the log was full."""
+
+    def note(self, what: str, subject: int = 0, pool: int = 0, slot: int = -1, detail: str = '') -> None:
+        """Record a note from Python (a request's start, admission, end)."""
 
 class CancelToken:
     """
@@ -297,6 +321,10 @@ class SlotPool:
 
     @property
     def max_context(self) -> int: ...
+
+    @property
+    def id(self) -> int:
+        """Process-unique pool id (labels its events in schedule recordings)."""
 
     def stats(self) -> dict: ...
 

@@ -153,6 +153,8 @@ class Engine:
         backend: ``"auto"`` (the best available), ``"cpu"``, or ``"null"``
             (computes nothing, returns repeatable logits; for tests).
         null_step_seconds: with the null backend, how long each forward takes.
+        null_prefill_seconds_per_row: with the null backend, the extra time per
+            row of a prompt chunk (a forward segment of more than one row).
 
     Raises:
         ModelFormatError: the file is malformed, or its architecture, tensor
@@ -171,8 +173,9 @@ class Engine:
         backend: str = "auto",
         *,
         null_step_seconds: float = 0.0,
+        null_prefill_seconds_per_row: float = 0.0,
     ) -> None:
-        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds)
+        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds, null_prefill_seconds_per_row)
         # Lazily built, then immutable: the per-vocabulary tables generation
         # needs, and the pool used when generate() is given this engine.
         self._lock = threading.Lock()
@@ -311,6 +314,24 @@ class Engine:
                 raise ValueError(f"[decode_group] session {index} belongs to another engine")
             cores.append(session._core)
         self._core.decode_group(cores, [operator.index(t) for t in tokens])
+
+    def record_schedule(self):
+        """Record this engine's scheduling while a ``with`` block runs:
+        ``with engine.record_schedule() as log: ...``.
+
+        The :class:`muser.testing.ScheduleLog` holds every accelerator permit
+        (kind, sessions, rows, requested/granted/released), every admission
+        and lease of every pool on this engine, every decode group, every
+        cancellation and every ``generate``/``stream``/``chat`` request. Pass
+        it to the checkers of :mod:`muser.testing`. Recording costs one atomic
+        load per scheduling step when off.
+
+        Raises:
+            ValueError: this engine is already recording.
+        """
+        from muser.testing.schedule_log import record_schedule
+
+        return record_schedule(self)
 
     def scheduler_stats(self) -> dict[str, int]:
         """Accelerator permits granted so far (decode grants and rows, prefill

@@ -18,6 +18,7 @@ pool safely. A stream iterator belongs to the thread iterating it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import operator
 import queue
@@ -47,6 +48,7 @@ PREFILL_PIECE = 512  # prompt tokens per prefill call: the cancellation granular
 
 Target = Union[SlotPool, Engine]
 _END = object()
+_REQUEST_IDS = itertools.count(1)  # labels requests in schedule recordings (muser.testing)
 
 
 @dataclass
@@ -140,6 +142,9 @@ class _Request:
         self.channel: queue.Queue = queue.Queue(maxsize=CHANNEL_DEPTH)
         self.error: BaseException | None = None
         self.stalled = False
+        self.finish_reason: str | None = None
+        self.request_id = next(_REQUEST_IDS)
+        self.recorder = pool.engine._core.schedule_recorder
         self.thread = threading.Thread(target=self._run, name=f"muser-request-{index}", daemon=True)
 
     def start(self) -> "_Request":
@@ -148,9 +153,16 @@ class _Request:
 
     # -- producer side -----------------------------------------------------
 
+    def _note(self, what: str, slot: int = -1, detail: str = "") -> None:
+        # Schedule recording (engine.record_schedule()): one attribute read when off.
+        if self.recorder.recording:
+            self.recorder.note(what, self.request_id, self.pool._core.id, slot, detail)
+
     def _emit(self, chunk: GenerationChunk) -> None:
         try:
             self.channel.put(chunk, timeout=self.options.consumer_timeout)
+            if chunk.finish_reason is not None:
+                self.finish_reason = chunk.finish_reason
         except queue.Full:
             self.stalled = True
             raise Cancelled(
@@ -161,6 +173,7 @@ class _Request:
         return self.own_cancel.cancelled or (self.user_cancel is not None and self.user_cancel.cancelled)
 
     def _run(self) -> None:
+        self._note("request_started")
         try:
             self._generate()
         except Cancelled as exc:
@@ -169,11 +182,13 @@ class _Request:
             else:  # the caller cancelled while we waited in the core: an ordinary end
                 try:
                     self.channel.put_nowait(GenerationChunk("", finish_reason="cancelled", index=self.index))
+                    self.finish_reason = "cancelled"
                 except queue.Full:
                     self.error = exc
         except BaseException as exc:  # handed to the consumer, re-raised there
             self.error = exc
         finally:
+            self._note("request_ended", detail=type(self.error).__name__ if self.error else str(self.finish_reason))
             self.channel.put(_END)  # the consumer drains; it never stays blocked
 
     def _logprob_fields(self, logits: np.ndarray, token: int):
@@ -201,6 +216,7 @@ class _Request:
         chain = make_sampler(options.params, self.seed, grammar=constraint, vocab=engine,
                              context_size=self.pool.max_context)
         with self.pool.acquire(self.tokens, timeout=options.timeout, cancel=self.wait_cancel) as slot:
+            self._note("request_admitted", slot.index)
             queued = time.perf_counter()
             rest = self.tokens[slot.reused_tokens:]
             for at in range(0, len(rest), PREFILL_PIECE):

@@ -34,11 +34,15 @@ class NullKvState final : public KvState {
 
 }  // namespace
 
-NullBackend::NullBackend(uint32_t n_vocab, double step_seconds)
-    : n_vocab_(n_vocab), step_seconds_(step_seconds) {
+NullBackend::NullBackend(uint32_t n_vocab, double step_seconds, double prefill_seconds_per_row)
+    : n_vocab_(n_vocab), step_seconds_(step_seconds), prefill_seconds_per_row_(prefill_seconds_per_row) {
   if (!(std::isfinite(step_seconds) && step_seconds >= 0)) {
     throw InvalidArgument("[null backend] step_seconds: expected a finite value >= 0, got " +
                           std::to_string(step_seconds));
+  }
+  if (!(std::isfinite(prefill_seconds_per_row) && prefill_seconds_per_row >= 0)) {
+    throw InvalidArgument("[null backend] prefill_seconds_per_row: expected a finite value >= 0, got " +
+                          std::to_string(prefill_seconds_per_row));
   }
   if (n_vocab == 0) throw InvalidArgument("[null backend] n_vocab: expected at least 1, got 0");
 }
@@ -60,7 +64,11 @@ void NullBackend::forward(const std::vector<ForwardSegment>& segments) {
     }
   }
   const bool fail = faults.start_forward() >= 0;
-  if (step_seconds_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_seconds_));
+  double sleep = step_seconds_;
+  for (const ForwardSegment& seg : segments) {
+    if (seg.n_tokens > 1) sleep += prefill_seconds_per_row_ * static_cast<double>(seg.n_tokens);
+  }
+  if (sleep > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
   if (fail) throw InternalError("[null backend] injected fault (test hook)");
   for (const ForwardSegment& seg : segments) {
     auto* kv = static_cast<NullKvState*>(seg.kv);

@@ -4,7 +4,9 @@
 // Its logits are a fixed function of the row's token and position: a ramp
 // that peaks at (token + position + 1) mod n_vocab, so greedy decoding
 // produces a known, repeatable sequence. Each forward sleeps step_seconds
-// (once per call, however many rows) to stand in for compute time.
+// (once per call, however many rows) plus prefill_seconds_per_row for every
+// row of its multi-row segments (prompt chunks; a decode row is a one-row
+// segment), to stand in for compute time.
 #pragma once
 
 #include <memory>
@@ -15,8 +17,8 @@ namespace muser {
 
 class NullBackend final : public Backend {
  public:
-  // step_seconds >= 0 and finite; throws InvalidArgument otherwise.
-  NullBackend(uint32_t n_vocab, double step_seconds);
+  // Both times >= 0 and finite; throws InvalidArgument otherwise.
+  NullBackend(uint32_t n_vocab, double step_seconds, double prefill_seconds_per_row = 0.0);
 
   const char* name() const override { return "null"; }
   std::unique_ptr<KvState> new_kv_state(size_t max_context) const override;
@@ -29,6 +31,7 @@ class NullBackend final : public Backend {
  private:
   uint32_t n_vocab_;
   double step_seconds_;
+  double prefill_seconds_per_row_;
 };
 
 }  // namespace muser
