@@ -154,12 +154,14 @@ def test_the_scalar_table_never_repacks_weights():
 @pytest.mark.skipif(not PACKED_CASES, reason="no kernel table on this CPU repacks weights")
 @pytest.mark.parametrize("qtype,isa", PACKED_CASES, ids=lambda v: getattr(v, "name", v))
 @pytest.mark.parametrize("n_out", [1, 15, 16, 17, 31, 32, 33, 100])
-def test_a_packed_weight_gives_the_scalar_reference_bit_for_bit(qtype, isa, n_out):
+@pytest.mark.parametrize("blocks", [5, 65])
+def test_a_packed_weight_gives_the_scalar_reference_bit_for_bit(qtype, isa, n_out, blocks):
     """The interleaved layouts replay the reference's float steps per block
     (tensor/reference_kernels.cpp), so every element equals the scalar table's,
-    for any number of rows, any tail of a 16-row group and any thread count."""
-    rng = np.random.default_rng(n_out * 7 + id_of(qtype))
-    n_in = input_size(qtype, 5)
+    for any number of rows, any tail of a 16-row group, rows longer than one
+    32-block pass of the kernel (65 blocks) and any thread count."""
+    rng = np.random.default_rng(n_out * 7 + id_of(qtype) + blocks)
+    n_in = input_size(qtype, blocks)
     raw = random_matrix(qtype, n_in, n_out, rng)
     x = (rng.standard_normal((6, n_in)) * rng.uniform(0.01, 100, size=(6, 1))).astype(np.float32)
     reference = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa="scalar")
