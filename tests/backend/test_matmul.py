@@ -175,7 +175,7 @@ def test_a_packed_weight_gives_the_scalar_reference_bit_for_bit(qtype, isa, n_ou
 def test_a_packed_prefill_batch_equals_its_rows_alone():
     rng = np.random.default_rng(77)
     for qtype, isa in PACKED_CASES:
-        n_in, n_out = 96, 40
+        n_in, n_out = input_size(qtype, 3), 40
         raw = random_matrix(qtype, n_in, n_out, rng)
         x = rng.standard_normal((37, n_in)).astype(np.float32)
         batch = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=2, isa=isa)
