@@ -2,9 +2,9 @@
 // them. A table is immutable static data; which tables this CPU may use is
 // decided once (function-local static) and never changes afterwards.
 //
-// This header is included by the *_avx2.cpp / *_avx512.cpp files, so it holds
-// declarations and plain data only (no inline code that the linker could
-// share with baseline-ISA translation units).
+// This header is included by the *_avx2.cpp / *_avx512*.cpp / *_neon.cpp
+// files, so it holds declarations and plain data only (no inline code that
+// the linker could share with baseline-ISA translation units).
 #pragma once
 
 #include <cstddef>
