@@ -8,4 +8,5 @@ for chunk in muser.stream(engine, "A short poem about the sea:\n", max_tokens=80
     print(chunk.text, end="", flush=True)
     last = chunk
 print()
-print(f"[finish: {last.finish_reason}, {last.timings.generated_tokens_per_second:.1f} tok/s]")
+if last is not None and last.timings is not None:  # the last chunk carries the finish reason and timings
+    print(f"[finish: {last.finish_reason}, {last.timings.generated_tokens_per_second:.1f} tok/s]")

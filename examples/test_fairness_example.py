@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import muser
 from muser.testing import (
     RequestSpec,
+    ScheduleLog,
     Workload,
     check_all,
     null_engine,
@@ -46,7 +47,7 @@ traffic = st.tuples(st.lists(chat, min_size=1, max_size=8), st.lists(document, m
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workload=traffic)
-def test_chats_stay_responsive_while_documents_are_summarized(workload):
+def test_chats_stay_responsive_while_documents_are_summarized(workload: Workload) -> None:
     # 2 ms per decode step, 20 us per prompt token: a 1,500-token document is
     # ~30 ms of prefill, which must be chopped up so chats keep decoding.
     engine = null_engine(step_seconds=0.002, prefill_seconds_per_row=0.00002)
@@ -66,7 +67,7 @@ def test_chats_stay_responsive_while_documents_are_summarized(workload):
             assert result.finish_reason in ("stop", "length", "cancelled")
 
 
-def test_a_burst_of_chats_behind_one_document(muser_pool, muser_schedule_log):
+def test_a_burst_of_chats_behind_one_document(muser_pool: muser.SlotPool, muser_schedule_log: ScheduleLog) -> None:
     """The same check with the fixtures muser registers for pytest."""
     burst = Workload((RequestSpec(0.0, 1200, 2, kind="document"),)
                      + tuple(RequestSpec(0.001, 20, 10) for _ in range(6)))

@@ -30,6 +30,25 @@ namespace muser {
 // sees its whole window while the segment writes its own keys.
 constexpr size_t kMaxSegmentRows = 512;
 
+// A backend-neutral copy of the positions a KV state holds (saved sessions).
+// Per layer, the rows of positions [first_position, n_past) in position
+// order, as f16 bits: K rows of k_width, V rows of v_width. Global layers
+// start at 0; a sliding-window layer may start later (its ring no longer
+// holds older positions, and no later query needs them). A backend whose
+// state holds no keys (null) exports no layers.
+struct KvExport {
+  struct Layer {
+    bool ring = false;
+    size_t first_position = 0;
+    size_t k_width = 0;
+    size_t v_width = 0;
+    std::vector<uint16_t> k;  // (n_past - first_position) x k_width
+    std::vector<uint16_t> v;  // (n_past - first_position) x v_width
+  };
+  size_t n_past = 0;
+  std::vector<Layer> layers;
+};
+
 // A session's keys and values in whatever form its backend keeps them.
 // Positions are "intact" when every layer holds exactly what a forward of the
 // session's history wrote there.
@@ -54,6 +73,15 @@ class KvState {
 
   // Bytes of memory held.
   virtual size_t bytes() const = 0;
+
+  // Saved sessions. export_kv copies what a forward resuming at n_past needs
+  // (throws InvalidArgument unless intact(n_past, n_past)); import_kv
+  // replaces the whole state with such a copy, after which intact(n_past,
+  // n_past) holds and a forward continues bitwise as from the original.
+  // import_kv checks every count and width against this state's model and
+  // throws InvalidArgument naming the first mismatch, leaving *this as it was.
+  virtual KvExport export_kv(size_t n_past) const = 0;
+  virtual void import_kv(const KvExport& data) = 0;
 };
 
 // One session's rows in a forward.
@@ -72,6 +100,12 @@ struct ForwardSegment {
   //   and kv is not written at all (truncate uses this to recover the logits
   //   of an earlier position). kv must satisfy intact(start, start + n_tokens).
   bool replay = false;
+  // Optional (embeddings): receives the final hidden state of EVERY row of
+  // the segment after the output norm -- the vectors the output matrix
+  // would multiply -- as n_tokens x n_embd floats, row-major. Same
+  // exactness contract as the logits: a row's vector does not depend on the
+  // other rows of the batch or on how its sequence was split into segments.
+  float* hidden = nullptr;
 };
 
 // Test hook: makes one future forward throw InternalError part-way through,

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "backend/accelerators.h"
 #include "engine/engine.h"
+#include "engine/hidden_states.h"
 #include "engine/session.h"
 #include "tokenizer/tokenizer.h"
 
@@ -233,6 +234,31 @@ void init_engine(nb::module_& m) {
       .def_prop_ro(
           "schedule_recorder", [](Engine& e) -> ScheduleRecorder& { return e.scheduler().recorder(); },
           nb::rv_policy::reference_internal, "This engine's schedule recorder (see muser.testing).")
+      .def(
+          "hidden_states",
+          [](Engine& e, const std::vector<std::vector<int64_t>>& texts, const CancelToken* cancel) {
+            std::vector<std::vector<int32_t>> ids;
+            ids.reserve(texts.size());
+            for (const auto& text : texts) ids.push_back(token_ids(text, e.hparams().n_vocab, "hidden_states"));
+            std::vector<std::vector<float>> hidden;
+            {
+              nb::gil_scoped_release release;
+              hidden = compute_hidden_states(e, ids, cancel);
+            }
+            // One owned float32 array (n_tokens, n_embd) per text (a copy the caller owns).
+            nb::list out;
+            const size_t n_embd = e.hparams().n_embd;
+            for (auto& rows : hidden) {
+              auto* data = new std::vector<float>(std::move(rows));
+              nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+              size_t shape[2] = {data->size() / n_embd, n_embd};
+              out.append(nb::ndarray<nb::numpy, float, nb::ndim<2>>(data->data(), 2, shape, owner));
+            }
+            return out;
+          },
+          nb::arg("texts"), nb::arg("cancel") = nb::none(),
+          "Final hidden states after the output norm, one float32 array (n_tokens, n_embd) per text.\n"
+          "Texts are packed into prefill forwards under the scheduler. Releases the GIL.")
       .def(
           "scheduler_stats",
           [](Engine& e) { return scheduler_stats_dict(e.scheduler().stats()); },

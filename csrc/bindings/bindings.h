@@ -8,6 +8,7 @@ namespace muser::bindings {
 void init_errors(nanobind::module_& m);
 void init_gguf(nanobind::module_& m);
 void init_engine(nanobind::module_& m);
+void init_session_files(nanobind::module_& m);
 // Creates the `_testing` submodule (internals for tests and benchmarks).
 void init_testing(nanobind::module_& m);
 void init_scheduler(nanobind::module_& m);

@@ -5,6 +5,7 @@ NB_MODULE(_core, m) {
   muser::bindings::init_errors(m);
   muser::bindings::init_gguf(m);
   muser::bindings::init_engine(m);
+  muser::bindings::init_session_files(m);
   muser::bindings::init_testing(m);
   muser::bindings::init_scheduler(m);
   muser::bindings::init_schedule(m);

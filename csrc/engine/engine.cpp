@@ -21,8 +21,8 @@ std::shared_ptr<Engine> Engine::open(const std::string& path, const EngineOption
   int threads = options.threads == 0 ? physical_core_count() : options.threads;
   engine->pool_ = std::make_shared<ThreadPool>(threads);
   if (kind == "null") {
-    engine->backend_ = std::make_unique<NullBackend>(engine->hparams().n_vocab, options.null_step_seconds,
-                                                   options.null_prefill_seconds_per_row);
+    engine->backend_ = std::make_unique<NullBackend>(engine->hparams().n_vocab, engine->hparams().n_embd,
+                                                     options.null_step_seconds, options.null_prefill_seconds_per_row);
   } else {
     // "auto" is the CPU until an accelerator backend is built in.
     engine->backend_ = std::make_unique<CpuBackend>(engine->model_, engine->pool_);

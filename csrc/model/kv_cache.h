@@ -40,6 +40,8 @@ class KvCache final : public KvState {
   void forget_from(size_t position) noexcept override;
   std::unique_ptr<KvState> clone() const override;
   size_t bytes() const override;
+  KvExport export_kv(size_t n_past) const override;  // kv_cache_io.cpp
+  void import_kv(const KvExport& data) override;      // kv_cache_io.cpp
 
   // Makes room for positions [start, start + n) (may throw std::bad_alloc,
   // leaving everything intact) and marks them lost until end_write.

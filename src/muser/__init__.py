@@ -15,6 +15,7 @@ from muser.errors import (
     ModelFormatError,
     MuserError,
     Overloaded,
+    SessionFileError,
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
@@ -26,6 +27,7 @@ from muser.sampling.params import SamplingParams
 from muser.types import GenerationChunk
 from muser.grammar import Grammar
 from muser.generation import astream, chat, generate, stream
+from muser import embeddings, openai
 
 __version__ = "0.1.0"
 
@@ -37,7 +39,9 @@ __all__ = [
     "SessionSnapshot",
     "Slot",
     "SlotPool",
+    "embeddings",
     "models",
+    "openai",
     "sampling",
     "SamplingParams",
     "GenerationChunk",
@@ -55,5 +59,6 @@ __all__ = [
     "ModelFormatError",
     "MuserError",
     "Overloaded",
+    "SessionFileError",
     "Unhealthy",
 ]

@@ -146,10 +146,26 @@ class Engine:
     def schedule_recorder(self) -> ScheduleRecorder:
         """This engine's schedule recorder (see muser.testing)."""
 
+    def hidden_states(self, texts: Sequence[Sequence[int]], cancel: CancelToken | None = None) -> list:
+        """
+        Final hidden states after the output norm, one float32 array (n_tokens, n_embd) per text.
+        Texts are packed into prefill forwards under the scheduler. Releases the GIL.
+        """
+
     def scheduler_stats(self) -> dict:
         """
         Accelerator permits granted so far: counts, rows, wait and hold times (a new dict).
         """
+
+def snapshot_export(snapshot: SessionSnapshot) -> dict:
+    """
+    A snapshot as plain arrays: max_context, tokens (int32), logits (float32 or None) and per layer {ring, first_position, k, v} (uint16 f16 bits, rows x width). Copies.
+    """
+
+def snapshot_import(engine: Engine, max_context: int, tokens: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], logits: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)] | None, rings: Sequence[bool], first_positions: Sequence[int], k: Sequence[Annotated[NDArray[numpy.uint16], dict(shape=(None, None), order='C', device='cpu', writable=False)]], v: Sequence[Annotated[NDArray[numpy.uint16], dict(shape=(None, None), order='C', device='cpu', writable=False)]]) -> SessionSnapshot:
+    """
+    The inverse of snapshot_export, for `engine`: a SessionSnapshot to restore into a session with the same max_context. Checks every count and width (ValueError naming the first mismatch).
+    """
 
 PREFILL_CHUNK_ROWS: int = 512
 

@@ -3,11 +3,16 @@
 
 Templates come from model files, i.e. from strangers, so they run in Jinja2's
 immutable sandbox: no attribute access to internals, no mutation of the
-messages passed in. Rendering follows the conventions templates are written
-for (Hugging Face's): ``trim_blocks`` and ``lstrip_blocks`` on, a
-``raise_exception(message)`` helper, ``strftime_now(format)``, and the
+messages passed in. The environment is the one transformers'
+``apply_chat_template`` builds, so templates written for it render the same:
+``trim_blocks`` and ``lstrip_blocks`` on, the ``loopcontrols`` extension
+(``{% break %}``, ``{% continue %}``), the ``{% generation %}...{% endgeneration %}``
+block (renders its body; the character spans it produced are available from
+:meth:`ChatTemplate.render_with_generation_spans`), ``tojson`` with its
+keyword arguments (``indent``, ``separators``, ``sort_keys``, ``ensure_ascii``),
+the ``raise_exception(message)`` and ``strftime_now(format)`` helpers, and the
 variables ``messages``, ``add_generation_prompt``, ``bos_token``,
-``eos_token`` plus any extra keyword arguments.
+``eos_token``, ``tools``, ``documents`` plus any extra keyword arguments.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ import json
 from typing import Any, Mapping, Sequence
 
 import jinja2
+import jinja2.ext
+import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from markupsafe import Markup
 
 __all__ = ["ChatTemplate", "ChatTemplateError"]
 
@@ -34,13 +42,51 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-def _tojson(value: Any, indent: int | None = None) -> str:
-    # Templates expect non-ASCII text kept as is (as Hugging Face's tojson does).
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # Templates expect non-ASCII text kept as is (transformers' tojson default),
+    # and not HTML-escaped (Jinja's own tojson would escape < > & ').
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                      separators=None if separators is None else tuple(separators),  # type: ignore[arg-type]
+                      sort_keys=sort_keys)
+
+
+class _GenerationBlock(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}``: marks what the assistant
+    generated (transformers uses it for assistant-token masks). Renders its
+    body; when a render asks for it, records the body's character spans."""
+
+    tags = {"generation"}
+
+    def __init__(self, environment: jinja2.Environment) -> None:
+        super().__init__(environment)
+        environment.extend(generation_spans=None)
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_mark", [jinja2.nodes.DerivedContextReference()])
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    @jinja2.pass_eval_context
+    def _mark(self, eval_ctx: jinja2.nodes.EvalContext, context: Any, caller: Any) -> str:
+        text: str = caller()
+        spans = context.get("__generation_spans__")
+        if isinstance(spans, _SpanRecorder):
+            spans.pending.append(text)
+        return Markup(text) if eval_ctx.autoescape else text
+
+
+class _SpanRecorder:
+    """Collects generation-block texts of one render, in order."""
+
+    def __init__(self) -> None:
+        self.pending: list[str] = []
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined,
+                                        extensions=[jinja2.ext.loopcontrols, _GenerationBlock])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.filters["tojson"] = _tojson
@@ -57,8 +103,20 @@ def _check_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         role, content = message.get("role"), message.get("content")
         if not isinstance(role, str) or not role:
             raise ChatTemplateError(f"messages[{index}]['role'] must be a non-empty string")
-        if not isinstance(content, str):
-            raise ChatTemplateError(f"messages[{index}]['content'] must be a string")
+        if content is None:
+            # OpenAI's shape for an assistant turn that only calls tools.
+            if not message.get("tool_calls"):
+                raise ChatTemplateError(f"messages[{index}]['content'] is None without tool_calls")
+        elif isinstance(content, list):
+            for part_index, part in enumerate(content):
+                if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                    raise ChatTemplateError(
+                        f"messages[{index}]['content'][{part_index}] must be a dict with a 'type' "
+                        "(e.g. {'type': 'text', 'text': ...})")
+        elif not isinstance(content, str):
+            raise ChatTemplateError(
+                f"messages[{index}]['content'] must be a string, a list of parts or None (with tool_calls), "
+                f"got {type(content).__name__}")
         checked.append(dict(message))
     return checked
 
@@ -93,6 +151,34 @@ class ChatTemplate:
         Raises:
             ChatTemplateError: malformed messages, or the template raised or failed.
         """
+        return self._render(messages, add_generation_prompt, bos_token, eos_token, None, variables)
+
+    def render_with_generation_spans(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = False,
+        bos_token: str = "",
+        eos_token: str = "",
+        **variables: Any,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """Render, and return the ``(start, end)`` character spans of the text
+        each ``{% generation %}`` block produced (what transformers turns into
+        its assistant-token mask). Empty for templates without the block.
+        """
+        recorder = _SpanRecorder()
+        text = self._render(messages, add_generation_prompt, bos_token, eos_token, recorder, variables)
+        spans, cursor = [], 0
+        for piece in recorder.pending:
+            start = text.find(piece, cursor)
+            if start < 0:  # the template post-processed the block's text: no reliable span
+                raise ChatTemplateError("a {% generation %} block's text does not appear in the output")
+            spans.append((start, start + len(piece)))
+            cursor = start + len(piece)
+        return text, spans
+
+    def _render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool, bos_token: str,
+                eos_token: str, recorder: _SpanRecorder | None, variables: Mapping[str, Any]) -> str:
         checked = _check_messages(messages)
         try:
             return self._template.render(
@@ -100,7 +186,8 @@ class ChatTemplate:
                 add_generation_prompt=add_generation_prompt,
                 bos_token=bos_token,
                 eos_token=eos_token,
-                **variables,
+                __generation_spans__=recorder,
+                **{"tools": None, "documents": None, **variables},
             )
         except ChatTemplateError:
             raise

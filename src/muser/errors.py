@@ -17,6 +17,7 @@ __all__ = [
     "GrammarError",
     "InternalError",
     "FetchError",
+    "SessionFileError",
 ]
 
 
@@ -60,3 +61,10 @@ class InternalError(MuserError):
 
 class FetchError(MuserError):
     """A registry model could not be downloaded, assembled or verified."""
+
+
+class SessionFileError(MuserError, ValueError):
+    """A saved session file is malformed, or belongs to another model or backend.
+
+    The message names the file and, for a mismatch, both models.
+    """

@@ -18,27 +18,45 @@ pool safely. A stream iterator belongs to the thread iterating it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import math
 import operator
 import queue
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, TypeGuard, Union, cast, overload
 
 import numpy as np
 
 from muser.chat_template import ChatTemplate, ChatTemplateError
 from muser.engine import Engine
-from muser.errors import Cancelled
+from muser.errors import Cancelled, InternalError
 from muser.grammar import Grammar
-from muser.pool import CancelToken, SlotPool
-from muser.sampling import SamplingParams, make_sampler
+from muser.logits_hooks import RequestHooks
+from muser.options import (
+    GENERATION_KEYWORDS,
+    SAMPLING_KEYWORDS,
+    GenerationOptions,
+    LogitsProcessor,
+    StoppingCriterion,
+    check_keywords,
+    explicit_signature,
+)
+from muser.pool import CancelToken, Slot, SlotPool
+from muser.sampling import SamplerChain, SamplingParams, make_sampler
 from muser.text.detokenizer import StreamingDetokenizer
 from muser.text.stops import StopMatcher
 from muser.types import GenerationChunk, GenerationTimings, TokenLogprob
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Unpack
+    else:
+        from typing_extensions import Unpack
 
 __all__ = ["astream", "chat", "generate", "stream", "CHANNEL_DEPTH", "CONSUMER_TIMEOUT_S"]
 
@@ -67,6 +85,8 @@ class _Options:
     consumer_timeout: float
     params: SamplingParams
     special: bool
+    logits_processors: tuple[LogitsProcessor, ...]
+    stopping_criteria: tuple[StoppingCriterion, ...]
 
 
 def _pool_of(target: Target) -> SlotPool:
@@ -77,7 +97,17 @@ def _pool_of(target: Target) -> SlotPool:
     raise TypeError(f"expected a muser.SlotPool or muser.Engine, got {type(target).__name__}")
 
 
-def _options(
+def _options(function: str, kwargs: Mapping[str, Any], own: Sequence[str] = ()) -> _Options:
+    """Validate the keywords of a public call (a misspelt one names the closest
+    valid one, the function's ``own`` parameters included)."""
+    check_keywords(function, kwargs, _OPTION_KEYWORDS | set(own))
+    return _make_options(**kwargs)
+
+
+_OPTION_KEYWORDS = (GENERATION_KEYWORDS | SAMPLING_KEYWORDS) - {"cancel", "parse_special"}
+
+
+def _make_options(
     max_tokens: int = 256,
     stop: str | Sequence[str] = (),
     stop_token_ids: Sequence[int] = (),
@@ -91,6 +121,8 @@ def _options(
     timeout: float | None = None,
     consumer_timeout: float = CONSUMER_TIMEOUT_S,
     special: bool = False,
+    logits_processors: Sequence[LogitsProcessor] | None = None,
+    stopping_criteria: Sequence[StoppingCriterion] | None = None,
     **sampling: Any,
 ) -> _Options:
     max_tokens = operator.index(max_tokens)
@@ -103,11 +135,19 @@ def _options(
     if grammar is not None and not isinstance(grammar, Grammar):
         raise TypeError(f"grammar must be a muser.Grammar, got {type(grammar).__name__}")
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    processors = tuple(logits_processors or ())
+    criteria = tuple(stopping_criteria or ())
+    for name, hooks in (("logits_processors", processors), ("stopping_criteria", criteria)):
+        for index, hook in enumerate(hooks):
+            if not callable(hook):
+                raise TypeError(f"{name}[{index}] must be callable as fn(token_ids, logits), "
+                                f"got {type(hook).__name__}")
     return _Options(
         max_tokens=max_tokens, stop=stops, stop_token_ids=tuple(int(t) for t in stop_token_ids), seed=seed,
         grammar=grammar, logprobs=logprobs, top_logprobs=operator.index(top_logprobs), echo=echo,
         context_shift=context_shift, n_keep=operator.index(n_keep), timeout=timeout,
         consumer_timeout=consumer_timeout, params=SamplingParams(**sampling), special=special,
+        logits_processors=processors, stopping_criteria=criteria,
     )
 
 
@@ -139,7 +179,7 @@ class _Request:
         self.user_cancel = user_cancel
         self.own_cancel = CancelToken()
         self.wait_cancel = user_cancel if user_cancel is not None else self.own_cancel
-        self.channel: queue.Queue = queue.Queue(maxsize=CHANNEL_DEPTH)
+        self.channel: queue.Queue[object] = queue.Queue(maxsize=CHANNEL_DEPTH)
         self.error: BaseException | None = None
         self.stalled = False
         self.finish_reason: str | None = None
@@ -191,7 +231,8 @@ class _Request:
             self._note("request_ended", detail=type(self.error).__name__ if self.error else str(self.finish_reason))
             self.channel.put(_END)  # the consumer drains; it never stays blocked
 
-    def _logprob_fields(self, logits: np.ndarray, token: int):
+    def _logprob_fields(self, logits: np.ndarray, token: int) -> tuple[
+            tuple[float, ...] | None, tuple[tuple[TokenLogprob, ...], ...] | None]:
         if not (self.options.logprobs or self.options.top_logprobs):
             return None, None
         shifted = logits.astype(np.float64) - float(np.max(logits))
@@ -241,14 +282,23 @@ class _Request:
             finally:
                 self.pool._core.end_decoding()
 
-    def _decode_loop(self, slot, chain, detok, stops, timings) -> None:
+    def _decode_loop(self, slot: Slot, chain: SamplerChain, detok: StreamingDetokenizer, stops: StopMatcher,
+                     timings: Callable[[int], GenerationTimings]) -> None:
         options = self.options
+        hooks = None
+        if options.logits_processors or options.stopping_criteria:
+            hooks = RequestHooks(options.logits_processors, options.stopping_criteria, self.tokens,
+                                 options.max_tokens)
         for step in range(options.max_tokens):
             if self._cancelled():
                 self._emit(GenerationChunk(stops.flush(), finish_reason="cancelled", index=self.index,
                                            timings=timings(step)))
                 return
             logits = slot.logits
+            if logits is None:  # a prefilled slot always has logits
+                raise InternalError("the slot has no logits after prefill")
+            if hooks is not None:
+                logits = hooks.process(logits)
             token = chain.sample(logits)
             chain.accept(token)
             logprob, top = self._logprob_fields(logits, token)
@@ -261,6 +311,11 @@ class _Request:
                 self._emit(GenerationChunk(check.text, (token,), logprob, top, finish_reason="stop",
                                            stop_string=check.stop_string, index=self.index,
                                            timings=timings(step + 1)))
+                return
+            if hooks is not None and hooks.append_and_check(token, logits):
+                tail = check.text + _drain(detok, stops)
+                self._emit(GenerationChunk(tail, (token,), logprob, top, finish_reason="stop",
+                                           index=self.index, timings=timings(step + 1)))
                 return
             if step + 1 == options.max_tokens:
                 tail = check.text + _drain(detok, stops)
@@ -314,102 +369,211 @@ def _chunks(request: _Request) -> Iterator[GenerationChunk]:
             item = request.channel.get()
             if item is _END:
                 break
-            yield item
+            yield cast(GenerationChunk, item)
         if request.error is not None:
             raise request.error
     finally:
         request.abandon()
 
 
-def stream(
-    target: Target,
-    prompt: str | Sequence[int],
-    *,
-    cancel: CancelToken | None = None,
-    parse_special: bool = False,
-    **kwargs: Any,
-) -> Iterator[GenerationChunk]:
+Prompt = Union[str, Sequence[int]]
+Prompts = Union[Sequence[str], Sequence[Sequence[int]]]
+
+
+def _is_prompt_list(prompt: object) -> TypeGuard[Prompts]:
+    """A list of prompts (texts or token lists), as opposed to one prompt (a text or token ids)."""
+    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence) or not prompt:
+        return False
+    return all(isinstance(p, str) or (isinstance(p, Sequence) and not isinstance(p, bytes)) for p in prompt)
+
+
+def _refuse_prompt_list(function: str, prompt: object) -> None:
+    if _is_prompt_list(prompt):
+        raise TypeError(
+            f"{function}() takes one prompt (a string or a list of token ids), got a list of "
+            f"{len(prompt)} prompts; use muser.generate(target, [p1, p2, ...]) for a list, or call "
+            f"{function}() once per prompt (each from its own thread or task to run them concurrently)"
+        )
+
+
+def _split(kwargs: Mapping[str, Any], function: str,
+           own: Sequence[str] = ()) -> tuple[_Options, CancelToken | None, bool]:
+    rest = dict(kwargs)
+    cancel = rest.pop("cancel", None)
+    parse_special = bool(rest.pop("parse_special", False))
+    return _options(function, rest, own), cancel, parse_special
+
+
+def _collect(requests: list[_Request]) -> list[list[GenerationChunk]]:
+    """Every chunk of every request, drained concurrently (a request whose
+    chunks nobody reads for ``consumer_timeout`` would be cancelled as stalled)."""
+    results: list[list[GenerationChunk]] = [[] for _ in requests]
+    errors: list[BaseException | None] = [None] * len(requests)
+
+    def drain(index: int) -> None:
+        try:
+            results[index] = list(_chunks(requests[index]))
+        except BaseException as exc:  # re-raised in the caller's thread below
+            errors[index] = exc
+
+    helpers = [threading.Thread(target=drain, args=(i,), name=f"muser-collect-{i}", daemon=True)
+               for i in range(1, len(requests))]
+    try:
+        for helper in helpers:
+            helper.start()
+        drain(0)
+        for helper in helpers:
+            helper.join()
+    except BaseException:  # Ctrl-C while waiting: stop every request, not just the first
+        for request in requests:
+            request.abandon()
+        raise
+    for error in errors:
+        if error is not None:
+            raise error
+    return results
+
+
+def _text(chunks: list[GenerationChunk]) -> str:
+    if chunks and chunks[-1].finish_reason == "cancelled":
+        raise Cancelled("the generation was cancelled")
+    return "".join(chunk.text for chunk in chunks)
+
+
+@explicit_signature()
+def stream(target: Target, prompt: Prompt, **options: Unpack[GenerationOptions]) -> Iterator[GenerationChunk]:
     """Generate from ``prompt`` (text or token ids), yielding :class:`GenerationChunk` s.
 
-    Keyword arguments: ``max_tokens`` (256), ``stop`` (strings), ``stop_token_ids``,
-    ``seed``, ``grammar`` (:class:`muser.Grammar`), ``logprobs``, ``top_logprobs``,
-    ``echo``, ``context_shift``/``n_keep``, ``timeout`` (waiting for a slot),
-    ``consumer_timeout`` (5 s), ``special`` (show control tokens), plus any
-    :class:`muser.SamplingParams` field (``temperature``, ``top_k``, ...).
+    Keyword arguments (:class:`muser.options.GenerationOptions`): ``max_tokens``
+    (256), ``stop`` (strings), ``stop_token_ids``, ``seed``, ``grammar``
+    (:class:`muser.Grammar`), ``logprobs``, ``top_logprobs``, ``echo``,
+    ``context_shift``/``n_keep``, ``timeout`` (waiting for a slot),
+    ``consumer_timeout`` (5 s), ``special`` (show control tokens),
+    ``logits_processors`` and ``stopping_criteria`` (see :mod:`muser.logits_hooks`),
+    ``cancel``, ``parse_special``, plus every :class:`muser.SamplingParams`
+    field (``temperature``, ``top_k``, ...).
     The last chunk has ``finish_reason`` "stop", "length" or "cancelled".
     Closing the iterator early cancels the request and frees its slot.
 
     Raises:
         Cancelled: the consumer stalled past ``consumer_timeout``.
         Overloaded, TimeoutError, Unhealthy: from acquiring a slot.
+        TypeError: an unknown keyword (the message names the closest valid
+            one) or a list of prompts.
         ValueError: bad arguments (checked before anything starts).
     """
-    options = _options(**kwargs)
-    (request,) = _start(target, prompt, 1, cancel, parse_special, options)
+    _refuse_prompt_list("stream", prompt)
+    parsed, cancel, parse_special = _split(options, "stream")
+    (request,) = _start(target, prompt, 1, cancel, parse_special, parsed)
     return _chunks(request)
 
 
-def generate(
-    target: Target,
-    prompt: str | Sequence[int],
-    *,
-    n: int = 1,
-    cancel: CancelToken | None = None,
-    parse_special: bool = False,
-    **kwargs: Any,
-) -> str | list[str]:
-    """Generate a completion (``n`` = 1) or ``n`` completions run concurrently
-    (``n`` = 2..4, seeds ``seed``, ``seed`` + 1, ...). Same keywords as :func:`stream`.
+_stream = stream  # chat's `stream` flag shadows the function inside chat
+
+
+# (A str is also a Sequence[str], so the first overload must come first; the
+# overlap mypy reports is the one every "str or list of str" API has.)
+@overload
+def generate(target: Target, prompt: Prompt, *, n: Literal[1] = 1,  # type: ignore[overload-overlap]
+             **options: Unpack[GenerationOptions]) -> str: ...
+@overload
+def generate(target: Target, prompt: Prompt, *, n: int, **options: Unpack[GenerationOptions]) -> list[str]: ...
+@overload
+def generate(target: Target, prompt: Prompts, *, n: Literal[1] = 1,
+             **options: Unpack[GenerationOptions]) -> list[str]: ...
+
+
+@explicit_signature()
+def generate(target: Target, prompt: Prompt | Prompts, *, n: int = 1,
+             **options: Unpack[GenerationOptions]) -> str | list[str]:
+    """Generate a completion of ``prompt`` (a string or token ids).
+
+    ``n`` = 2..slots runs ``n`` completions of one prompt concurrently (seeds
+    ``seed``, ``seed`` + 1, ...) and returns a list. A list of prompts (strings,
+    or lists of token ids) returns one completion per prompt, in order, run
+    through the pool as many at a time as it has slots (with ``seed``,
+    prompt i uses ``seed`` + i). Same keywords as :func:`stream`.
 
     Raises:
         Cancelled: ``cancel`` was cancelled, or the request was.
+        TypeError: an unknown keyword (naming the closest valid one).
+        ValueError: bad arguments, or ``n`` > 1 with a list of prompts.
     """
-    options = _options(**kwargs)
-    requests = _start(target, prompt, n, cancel, parse_special, options)
-    texts = []
-    for request in requests:
-        parts = []
-        for chunk in _chunks(request):
-            parts.append(chunk.text)
-            if chunk.finish_reason == "cancelled":
-                raise Cancelled("the generation was cancelled")
-        texts.append("".join(parts))
+    parsed, cancel, parse_special = _split(options, "generate", own=("n",))
+    if _is_prompt_list(prompt):
+        prompts: list[Prompt] = list(prompt)
+        if n != 1:
+            raise ValueError(f"generate() with a list of {len(prompts)} prompts takes n=1 (one completion "
+                             "each); repeat a prompt in the list to get several completions of it")
+        # In windows of the pool's slots: every request of a window runs at
+        # once, and a long list never piles past the pool's waiting limit.
+        width = _pool_of(target).slots
+        texts: list[str] = []
+        for first in range(0, len(prompts), width):
+            requests: list[_Request] = []
+            try:
+                for index in range(first, min(first + width, len(prompts))):
+                    seeded = parsed if parsed.seed is None else \
+                        dataclasses.replace(parsed, seed=(parsed.seed + index) & 0xFFFFFFFF)
+                    (request,) = _start(target, prompts[index], 1, cancel, parse_special, seeded)
+                    requests.append(request)
+            except BaseException:
+                for request in requests:
+                    request.abandon()
+                raise
+            texts += [_text(chunks) for chunks in _collect(requests)]
+        return texts
+    one_prompt = cast(Prompt, prompt)  # (not a list of prompts, checked above)
+    texts = [_text(chunks) for chunks in _collect(_start(target, one_prompt, n, cancel, parse_special, parsed))]
     return texts[0] if n == 1 else texts
 
 
-async def astream(
-    target: Target,
-    prompt: str | Sequence[int],
-    *,
-    cancel: CancelToken | None = None,
-    parse_special: bool = False,
-    **kwargs: Any,
-) -> AsyncIterator[GenerationChunk]:
+@explicit_signature()
+async def astream(target: Target, prompt: Prompt,
+                  **options: Unpack[GenerationOptions]) -> AsyncIterator[GenerationChunk]:
     """``async for`` version of :func:`stream`; the event loop is never blocked."""
-    options = _options(**kwargs)
-    (request,) = _start(target, prompt, 1, cancel, parse_special, options)
+    _refuse_prompt_list("astream", prompt)
+    parsed, cancel, parse_special = _split(options, "astream")
+    (request,) = _start(target, prompt, 1, cancel, parse_special, parsed)
     loop = asyncio.get_running_loop()
     try:
         while True:
             item = await loop.run_in_executor(None, request.channel.get)
             if item is _END:
                 break
-            yield item
+            yield cast(GenerationChunk, item)
         if request.error is not None:
             raise request.error
     finally:
         request.abandon()
 
 
-def render_chat(target: Target, messages: Sequence[Mapping[str, Any]], template: str | None = None,
-                add_generation_prompt: bool = True) -> str:
-    """The prompt text ``chat`` would send, from the model's or the given template."""
+def render_chat(
+    target: Target,
+    messages: Sequence[Mapping[str, Any]],
+    template: str | None = None,
+    add_generation_prompt: bool = True,
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    documents: Sequence[Mapping[str, Any]] | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
+) -> str:
+    """The prompt text ``chat`` would send, from the model's or the given template.
+
+    ``tools`` (OpenAI-style function specs), ``documents`` and ``template_kwargs``
+    are passed to the template as variables, as transformers'
+    ``apply_chat_template`` does.
+
+    Raises:
+        ChatTemplateError: the model has no template and none was given, or rendering failed.
+    """
     engine = _pool_of(target).engine
     source = template if template is not None else engine.config.get("chat_template")
     if not source:
         raise ChatTemplateError(
-            f"the model {engine.config.get('name')!r} has no chat template; pass template=... "
-            "(a Jinja2 chat template) or use muser.generate with a plain prompt"
+            f"the model {engine.config.get('name')!r} has no chat template; pass template=... to "
+            "muser.chat (or --template on the command line: python -m muser chat --template FILE_OR_TEXT), "
+            "or use muser.generate with a plain prompt"
         )
     tokenizer = engine.tokenizer
     bos = engine.detokenize([tokenizer.bos_id], remove_special=False, unparse_special=True) \
@@ -417,25 +581,59 @@ def render_chat(target: Target, messages: Sequence[Mapping[str, Any]], template:
     eos = engine.detokenize([tokenizer.eos_id], remove_special=False, unparse_special=True) \
         if tokenizer.eos_id >= 0 else ""
     return ChatTemplate(source).render(messages, add_generation_prompt=add_generation_prompt,
-                                       bos_token=bos, eos_token=eos)
+                                       bos_token=bos, eos_token=eos, tools=tools, documents=documents,
+                                       **dict(template_kwargs or {}))
 
 
+@overload
+def chat(target: Target, messages: Sequence[Mapping[str, Any]], *, template: str | None = None,
+         stream: Literal[False] = False, tools: Sequence[Mapping[str, Any]] | None = None,
+         documents: Sequence[Mapping[str, Any]] | None = None,
+         template_kwargs: Mapping[str, Any] | None = None, **options: Unpack[GenerationOptions]) -> str: ...
+@overload
+def chat(target: Target, messages: Sequence[Mapping[str, Any]], *, template: str | None = None,
+         stream: Literal[True], tools: Sequence[Mapping[str, Any]] | None = None,
+         documents: Sequence[Mapping[str, Any]] | None = None,
+         template_kwargs: Mapping[str, Any] | None = None,
+         **options: Unpack[GenerationOptions]) -> Iterator[GenerationChunk]: ...
+
+
+@explicit_signature(extra=("parse_special",))  # chat always parses the rendered template's control tokens
 def chat(
     target: Target,
     messages: Sequence[Mapping[str, Any]],
     *,
     template: str | None = None,
     stream: bool = False,
-    **kwargs: Any,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    documents: Sequence[Mapping[str, Any]] | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
+    **options: Unpack[GenerationOptions],
 ) -> str | Iterator[GenerationChunk]:
-    """Reply to a conversation: render the chat template (sandboxed Jinja2),
-    then generate (``stream=True`` gives chunks). Same keywords as :func:`stream`.
+    """Reply to a conversation: render the chat template (sandboxed Jinja2,
+    with ``tools``/``documents``/``template_kwargs`` passed through), then
+    generate (``stream=True`` gives chunks). Same keywords as :func:`stream`.
 
     Raises:
         ChatTemplateError: the model has no template and none was given, or
             the messages are malformed.
+        TypeError: an unknown keyword (naming the closest valid one).
     """
-    prompt = render_chat(target, messages, template)
+    check_keywords("chat", options, _OPTION_KEYWORDS | {"cancel", "template", "stream", "tools", "documents",
+                                                          "template_kwargs"})
+    if "parse_special" in options:
+        raise TypeError("chat() always parses the control tokens of the rendered template; "
+                        "drop parse_special=")
+    if isinstance(messages, Sequence) and messages and all(
+            isinstance(m, Sequence) and not isinstance(m, (str, bytes)) for m in messages):
+        raise TypeError(f"chat() takes one conversation (a list of message dicts), got a list of {len(messages)} "
+                        "conversations; call chat() once per conversation (from threads to run them "
+                        "concurrently), or render each with muser.generation.render_chat and pass the list "
+                        "to muser.generate")
+    prompt = render_chat(target, messages, template, tools=tools, documents=documents,
+                         template_kwargs=template_kwargs)
+    rendered: GenerationOptions = {**options, "parse_special": True}
     if stream:
-        return globals()["stream"](target, prompt, parse_special=True, **kwargs)
-    return generate(target, prompt, parse_special=True, **kwargs)
+        return _stream(target, prompt, **rendered)
+    text: str = generate(target, prompt, **rendered)
+    return text

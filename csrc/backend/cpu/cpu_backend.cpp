@@ -206,6 +206,7 @@ void CpuBackend::forward(const std::vector<ForwardSegment>& segments) {
       throw InternalError("[cpu backend] injected fault after layer " + std::to_string(il) + " (test hook)");
     }
   }
+  copy_hidden(segments);
   compute_logits(segments);
 
   for (size_t s = 0; s < segments.size(); ++s) {
@@ -348,6 +349,24 @@ void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segme
       cpu::add_to(ws_.x.data() + r * n_embd, proj, n_embd);
     }
   });
+}
+
+void CpuBackend::copy_hidden(const std::vector<ForwardSegment>& segments) {
+  const HParams& hp = model_->hparams;
+  size_t first_row = 0;
+  for (const ForwardSegment& seg : segments) {
+    if (seg.hidden != nullptr) {
+      // The same rms_norm call compute_logits makes for the last row, so a
+      // segment's last hidden vector is exactly what its logits came from.
+      for_row_chunks(seg.n_tokens, [&](size_t first, size_t last) {
+        for (size_t i = first; i < last; ++i) {
+          cpu::rms_norm(ws_.x.data() + (first_row + i) * hp.n_embd, output_norm_.data(), hp.n_embd, hp.rms_eps,
+                        seg.hidden + i * hp.n_embd);
+        }
+      });
+    }
+    first_row += seg.n_tokens;
+  }
 }
 
 void CpuBackend::compute_logits(const std::vector<ForwardSegment>& segments) {

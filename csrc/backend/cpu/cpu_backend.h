@@ -62,6 +62,8 @@ class CpuBackend final : public Backend {
   void run_layer(uint32_t il, const std::vector<ForwardSegment>& segments,
                  const std::vector<KvCache*>& caches, size_t n_rows);
   void compute_logits(const std::vector<ForwardSegment>& segments);
+  // ForwardSegment::hidden: the output-normed rows of segments that ask.
+  void copy_hidden(const std::vector<ForwardSegment>& segments);
   // Runs fn(first_row, last_row) over [0, n_rows) in parallel chunks.
   template <typename Fn>
   void for_row_chunks(size_t n_rows, const Fn& fn);

@@ -25,6 +25,19 @@ class NullKvState final : public KvState {
   void forget_from(size_t position) noexcept override { intact_end_ = std::min(intact_end_, position); }
   std::unique_ptr<KvState> clone() const override { return std::make_unique<NullKvState>(*this); }
   size_t bytes() const override { return sizeof(*this); }
+  KvExport export_kv(size_t n_past) const override {
+    if (!intact(n_past, n_past)) throw InvalidArgument("[null backend] export_kv: positions before n_past not intact");
+    KvExport out;
+    out.n_past = n_past;
+    return out;
+  }
+  void import_kv(const KvExport& data) override {
+    if (!data.layers.empty() || data.n_past > max_context_) {
+      throw InvalidArgument("[null backend] import_kv: expected no layers and n_past <= " +
+                            std::to_string(max_context_));
+    }
+    intact_end_ = data.n_past;
+  }
 
   size_t intact_end_ = 0;
 
@@ -34,8 +47,11 @@ class NullKvState final : public KvState {
 
 }  // namespace
 
-NullBackend::NullBackend(uint32_t n_vocab, double step_seconds, double prefill_seconds_per_row)
-    : n_vocab_(n_vocab), step_seconds_(step_seconds), prefill_seconds_per_row_(prefill_seconds_per_row) {
+NullBackend::NullBackend(uint32_t n_vocab, uint32_t n_embd, double step_seconds, double prefill_seconds_per_row)
+    : n_vocab_(n_vocab),
+      n_embd_(n_embd),
+      step_seconds_(step_seconds),
+      prefill_seconds_per_row_(prefill_seconds_per_row) {
   if (!(std::isfinite(step_seconds) && step_seconds >= 0)) {
     throw InvalidArgument("[null backend] step_seconds: expected a finite value >= 0, got " +
                           std::to_string(step_seconds));
@@ -81,6 +97,15 @@ void NullBackend::forward(const std::vector<ForwardSegment>& segments) {
       for (uint32_t v = 0; v < n_vocab_; ++v) {
         uint32_t distance = (v + n_vocab_ - peak) % n_vocab_;
         seg.logits[v] = -step * static_cast<float>(distance);
+      }
+    }
+    if (seg.hidden != nullptr) {
+      // Repeatable stand-ins: a function of each row's token and position only.
+      for (size_t r = 0; r < seg.n_tokens; ++r) {
+        for (uint32_t i = 0; i < n_embd_; ++i) {
+          seg.hidden[r * n_embd_ + i] =
+              static_cast<float>((static_cast<uint64_t>(seg.tokens[r]) * 31 + (seg.start + r) * 7 + i) % 17) - 8.0f;
+        }
       }
     }
     if (!seg.replay) kv->intact_end_ = seg.start + seg.n_tokens;

@@ -18,7 +18,7 @@ namespace muser {
 class NullBackend final : public Backend {
  public:
   // Both times >= 0 and finite; throws InvalidArgument otherwise.
-  NullBackend(uint32_t n_vocab, double step_seconds, double prefill_seconds_per_row = 0.0);
+  NullBackend(uint32_t n_vocab, uint32_t n_embd, double step_seconds, double prefill_seconds_per_row = 0.0);
 
   const char* name() const override { return "null"; }
   std::unique_ptr<KvState> new_kv_state(size_t max_context) const override;
@@ -30,6 +30,7 @@ class NullBackend final : public Backend {
 
  private:
   uint32_t n_vocab_;
+  uint32_t n_embd_;
   double step_seconds_;
   double prefill_seconds_per_row_;
 };

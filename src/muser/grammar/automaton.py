@@ -49,7 +49,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import numpy as np
 
@@ -74,7 +74,7 @@ TokenMatcher = Callable[[int, int], bool]
 class KernelState:
     """A state between whole code points: the Earley column after a scan."""
 
-    kernel: frozenset
+    kernel: frozenset[Any]
     # (charset index, advanced pd, origin) for every item expecting a character;
     # origin _SELF means "this column" and is resolved when the item is scanned
     scan: tuple[tuple[int, int, int], ...]
@@ -82,7 +82,7 @@ class KernelState:
     tokens: tuple[tuple[int, int, int], ...]
     can_end: bool
     # nonterminal -> items of this column waiting on it (origin may be _SELF)
-    waiting: dict
+    waiting: dict[int, Any]
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,10 @@ class _ScanPlan:
     """
 
     __slots__ = ("charsets", "ascii_groups", "ascii_group_of", "leads", "lead_of", "_classified")
+    ascii_groups: tuple[tuple[int, list[int]], ...]
+    ascii_group_of: list[int]
+    leads: tuple[tuple[int, int, int, int, int], ...]
+    lead_of: dict[int, int]
 
     def __init__(self, charsets: list[CharSet]):
         self.charsets = charsets
@@ -235,13 +239,13 @@ class Automaton:
         self._masks: OrderedDict[tuple[int, int], tuple[object, int]] = OrderedDict()
         self._mask_bytes = 0
         self._states: list[State] = [None]
-        self._kernel_ids: dict[frozenset, int] = {}
+        self._kernel_ids: dict[frozenset[Any], int] = {}
         self._partial_ids: dict[object, int] = {}
-        self._ctx_ids: dict[frozenset, int] = {}
+        self._ctx_ids: dict[frozenset[Any], int] = {}
         self._ctxs: list[dict[int, tuple[tuple[int, int], ...]]] = []
         self._plans: dict[tuple[int, ...], _ScanPlan] = {}
-        self._ctx_memo: dict[tuple[int, frozenset], int] = {}
-        self._completion_memo: dict[tuple[int, int], tuple[frozenset, bool]] = {}
+        self._ctx_memo: dict[tuple[int, frozenset[Any]], int] = {}
+        self._completion_memo: dict[tuple[int, int], tuple[frozenset[Any], bool]] = {}
         self._skeleton: list[bool] = [True]  # row initialised (impossible bytes set DEAD)
         self._complete: list[bool] = [True]  # every entry of the row computed
         trans = np.full((256, 256), UNKNOWN, dtype=np.int32)
@@ -294,12 +298,14 @@ class Automaton:
         """All 256 transitions of `sid` (computed on first use)."""
         trans = self._trans
         if sid < trans.shape[0] and self._complete[sid]:
-            return trans[sid]
+            row: np.ndarray = trans[sid]
+            return row
         with self._lock:
             for byte in range(256):
                 self._entry(sid, byte)
             self._complete[sid] = True
-            return self._trans[sid]
+            filled: np.ndarray = self._trans[sid]
+            return filled
 
     def step(self, sid: int, byte: int) -> int:
         """The state after `byte` from `sid` (DEAD if rejected)."""
@@ -363,7 +369,7 @@ class Automaton:
             self._trans = grown  # published complete: old readers just see UNKNOWN
         return sid
 
-    def _intern_kernel(self, kernel: frozenset) -> int:
+    def _intern_kernel(self, kernel: frozenset[Any]) -> int:
         sid = self._kernel_ids.get(kernel)
         if sid is None:
             st = self._close(kernel)
@@ -371,7 +377,7 @@ class Automaton:
             self._kernel_ids[kernel] = sid
         return sid
 
-    def _close(self, kernel: frozenset) -> KernelState | None:
+    def _close(self, kernel: frozenset[Any]) -> KernelState | None:
         """Earley predict/complete to a fixpoint; None if nothing can follow and it cannot end."""
         kinds, syms, lhss = self._pd_kind, self._pd_sym, self._pd_lhs
         nullable, first = self._nullable, self._first
@@ -443,7 +449,7 @@ class Automaton:
             waiting={nt: tuple(items) for nt, items in waiting.items()},
         )
 
-    def _complete_from(self, ctx: int, nt: int) -> tuple[frozenset, bool]:
+    def _complete_from(self, ctx: int, nt: int) -> tuple[frozenset[Any], bool]:
         """Complete `nt` started at context `ctx`, following chains of completions.
 
         Returns the advanced items that are not complete yet, and whether the
@@ -461,8 +467,8 @@ class Automaton:
         kinds, lhss, ctxs = self._pd_kind, self._pd_lhs, self._ctxs
         # frame: [pair, items, reaches_start, pending children, lowest open ancestor depth touched]
         depth_of: dict[tuple[int, int], int] = {(ctx, nt): 0}
-        frames: list[list] = [[(ctx, nt), set(), False, None, 0]]
-        result: tuple[frozenset, bool] = (frozenset(), False)
+        frames: list[list[Any]] = [[(ctx, nt), set(), False, None, 0]]
+        result: tuple[frozenset[Any], bool] = (frozenset(), False)
         while frames:
             frame = frames[-1]
             pair = frame[0]
@@ -502,7 +508,7 @@ class Automaton:
                 parent[4] = min(parent[4], frame[4])
         return result
 
-    def _advance(self, sid: int, st: KernelState, items) -> int:
+    def _advance(self, sid: int, st: KernelState, items: Any) -> int:
         """The state after scanning: `items` are the advanced (pd, origin) pairs that matched."""
         if not items:
             return DEAD
@@ -515,7 +521,7 @@ class Automaton:
             self._ctx_memo[(sid, self_lhs)] = cid
         return self._intern_kernel(frozenset((pd, cid if org == _SELF else org) for pd, org in items))
 
-    def _restricted_ctx(self, st: KernelState, self_lhs: frozenset) -> int:
+    def _restricted_ctx(self, st: KernelState, self_lhs: frozenset[Any]) -> int:
         """Intern the context of this column as seen by items it starts with lhs in `self_lhs`.
 
         Only waiters that such items (and, transitively, the waiters they
@@ -596,7 +602,7 @@ class Automaton:
             lo = max(v << shift, st.lo)
             hi = min(((v + 1) << shift) - 1, st.hi)
             if lo <= hi:
-                base = self._states[st.base]
+                base = cast(KernelState, self._states[st.base])  # partial states hang off kernel states
                 if st.remaining == 1:
                     nxt = self._scan(st.base, base, lo)
                 else:

@@ -49,6 +49,7 @@ from muser.grammar.token_mask import TokenTrie, accepts_token, allowed_tokens
 
 if TYPE_CHECKING:
     from muser.grammar.grammar import Grammar
+    from muser.grammar.recognizer import GrammarState
 
 # masks of recently visited recognizer states kept per constraint
 _MASK_CACHE_SIZE = 32
@@ -85,6 +86,9 @@ class GrammarConstraint:
         self._terminals = self._resolve_token_terminals()
         self._state = grammar.state()
         self._finished = False
+        # Token ids accepted since the start: the portable form of the position
+        # (state ids depend on the order the lazy automaton met its states).
+        self._accepted: list[int] = []
         # state id -> (mask, (allowed ids are few?, those ids or else the disallowed ones))
         self._mask_cache: OrderedDict[int, tuple[np.ndarray, tuple[bool, np.ndarray]]] = OrderedDict()
 
@@ -121,7 +125,7 @@ class GrammarConstraint:
         return self._finished
 
     @property
-    def state(self):
+    def state(self) -> GrammarState:
         """The underlying GrammarState (read it, don't advance it behind the constraint's back)."""
         return self._state
 
@@ -212,11 +216,13 @@ class GrammarConstraint:
             if not self._state.can_end():
                 raise GrammarError(f"end-of-generation token {token_id} is not allowed: the grammar cannot end here")
             self._finished = True
+            self._accepted.append(token_id)
             return
         if not self._state.accept_token(token_id, self.trie.token_bytes[token_id], self._terminal_matches):
             raise GrammarError(
                 f"token {token_id} ({self.trie.token_bytes[token_id]!r}) is not allowed by the grammar here"
             )
+        self._accepted.append(token_id)
 
     def clone(self) -> "GrammarConstraint":
         """An independent copy at the same position (O(1); shares the caches)."""
@@ -228,10 +234,31 @@ class GrammarConstraint:
         other._terminals = self._terminals
         other._state = self._state.clone()
         other._finished = self._finished
+        other._accepted = list(self._accepted)
         other._mask_cache = self._mask_cache.copy()
         return other
+
+    def snapshot(self) -> tuple[int, ...]:
+        """The token ids accepted since the start: a portable, immutable position
+        (saved sessions store it; :meth:`restore` replays it)."""
+        return tuple(self._accepted)
+
+    def restore(self, accepted: Sequence[int]) -> None:
+        """Return to the position after accepting ``accepted`` from the start.
+
+        Raises GrammarError (and stays where it was) if the grammar refuses them.
+        """
+        backup = (self._state.clone(), self._finished, list(self._accepted))
+        self.reset()
+        try:
+            for token in accepted:
+                self.accept(int(token))
+        except GrammarError:
+            self._state, self._finished, self._accepted = backup
+            raise
 
     def reset(self) -> None:
         """Back to the start of the grammar (keeps the vocabulary and caches)."""
         self._state.reset()
         self._finished = False
+        self._accepted = []

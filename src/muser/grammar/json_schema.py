@@ -270,7 +270,7 @@ class _Converter:
             return f'("{{" {space} {members} "}}")'
         raise GrammarError(f"constant {value!r} is not a JSON value")
 
-    def visit_object(self, schema: dict, hint: str) -> str:
+    def visit_object(self, schema: dict[str, Any], hint: str) -> str:
         properties = schema.get("properties", {})
         if not isinstance(properties, dict):
             raise GrammarError(f"'properties' at '{hint}' must be an object")
@@ -324,14 +324,14 @@ class _Converter:
         kc = self.primitive("key-char")
         if not names:
             return f'"\\"" {kc}* "\\""'
-        trie: dict = {}
+        trie: dict[str, Any] = {}
         for name in names:
             node = trie
             for ch in name:
                 node = node.setdefault(ch, {})
             node[""] = {}  # end marker
 
-        def build(node: dict) -> str:
+        def build(node: dict[str, Any]) -> str:
             children = sorted(k for k in node if k)
             options = []
             if "" not in node:
@@ -347,7 +347,7 @@ class _Converter:
 
         return self.define(f"{hint}-additional-key", f'"\\"" {build(trie)} "\\""')
 
-    def visit_array(self, schema: dict, hint: str) -> str:
+    def visit_array(self, schema: dict[str, Any], hint: str) -> str:
         space = self.primitive("space")
         items = schema.get("items")
         prefix = schema.get("prefixItems")
@@ -392,7 +392,7 @@ class _Converter:
                 inner = f"{element} {more}"
         return self.define(hint, f'"[" {space} {inner} "]"')
 
-    def visit_string(self, schema: dict, hint: str) -> str:
+    def visit_string(self, schema: dict[str, Any], hint: str) -> str:
         fmt = schema.get("format")
         if "pattern" in schema:
             pattern = schema["pattern"]
@@ -416,7 +416,7 @@ class _Converter:
         char = self.primitive("char")
         return self.define(hint, f'"\\"" {_repeat(char, lo, hi)} "\\""')
 
-    def visit_integer(self, schema: dict, hint: str) -> str:
+    def visit_integer(self, schema: dict[str, Any], hint: str) -> str:
         lo, hi = _integer_bounds(schema, hint)
         if lo is None and hi is None:
             return self.primitive("integer")
@@ -425,7 +425,7 @@ class _Converter:
             raise GrammarError(f"no integer satisfies the bounds at '{hint}'")
         return self.define(hint, expr)
 
-    def visit_number(self, schema: dict, hint: str) -> str:
+    def visit_number(self, schema: dict[str, Any], hint: str) -> str:
         lo, hi = _integer_bounds(schema, hint)
         if lo is None and hi is None:
             return self.primitive("number")
@@ -495,7 +495,7 @@ def _number_value(value: Any, key: str) -> Fraction:
     return Fraction(value)
 
 
-def _lower_bound(schema: dict) -> tuple[Fraction, bool] | None:
+def _lower_bound(schema: dict[str, Any]) -> tuple[Fraction, bool] | None:
     """(bound, exclusive) for the tightest lower bound, or None."""
     best: tuple[Fraction, bool] | None = None
     if "minimum" in schema:
@@ -509,7 +509,7 @@ def _lower_bound(schema: dict) -> tuple[Fraction, bool] | None:
     return best
 
 
-def _upper_bound(schema: dict) -> tuple[Fraction, bool] | None:
+def _upper_bound(schema: dict[str, Any]) -> tuple[Fraction, bool] | None:
     best: tuple[Fraction, bool] | None = None
     if "maximum" in schema:
         exclusive = schema.get("exclusiveMaximum") is True
@@ -522,7 +522,7 @@ def _upper_bound(schema: dict) -> tuple[Fraction, bool] | None:
     return best
 
 
-def _integer_bounds(schema: dict, hint: str) -> tuple[int | None, int | None]:
+def _integer_bounds(schema: dict[str, Any], hint: str) -> tuple[int | None, int | None]:
     """The smallest and largest integers the numeric bounds allow (None = open)."""
     lower = _lower_bound(schema)
     upper = _upper_bound(schema)
@@ -536,7 +536,7 @@ def _integer_bounds(schema: dict, hint: str) -> tuple[int | None, int | None]:
     return lo, hi
 
 
-def _infer_type(schema: dict) -> str:
+def _infer_type(schema: dict[str, Any]) -> str:
     if any(k in schema for k in _OBJECT_KEYS):
         return "object"
     if any(k in schema for k in _ARRAY_KEYS):
@@ -548,7 +548,7 @@ def _infer_type(schema: dict) -> str:
     return "any"
 
 
-def _merge(a: Any, b: Any) -> dict:
+def _merge(a: Any, b: Any) -> dict[str, Any]:
     """The schema of values valid under both `a` and `b` (simple cases: object-like parts)."""
     if a is True or a == {}:
         return dict(b) if isinstance(b, dict) else b

@@ -73,7 +73,8 @@ class GrammarState:
 
     def allowed_next_bytes(self) -> np.ndarray:
         """`(256,) bool`: which single bytes may come next (continuation bytes inside a character)."""
-        return self._automaton.row(self._sid) != DEAD
+        allowed: np.ndarray = self._automaton.row(self._sid) != DEAD
+        return allowed
 
     def can_end(self) -> bool:
         """True when the input so far is a complete sentence (and not mid-character)."""

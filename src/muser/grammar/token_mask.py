@@ -23,7 +23,7 @@ import hashlib
 import itertools
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class TokenTrie:
     # ---------------------------------------------------------------- cache
 
     @classmethod
-    def for_vocabulary(cls, token_bytes: Sequence[bytes]) -> "TokenTrie":
+    def for_vocabulary(cls, token_bytes: "Sequence[bytes] | TokenTrie") -> "TokenTrie":
         """The trie for this vocabulary, built on first use and cached (by content).
 
         Thread safe. Pass the same (unmodified) sequence each time: it is matched by
@@ -169,7 +169,7 @@ class _TrieCache:
         self._lock = threading.Lock()
         self._by_digest: OrderedDict[bytes, tuple[object, TokenTrie]] = OrderedDict()
 
-    def get(self, token_bytes: Sequence[bytes]) -> TokenTrie:
+    def get(self, token_bytes: Sequence[bytes] | TokenTrie) -> TokenTrie:
         if isinstance(token_bytes, TokenTrie):
             return token_bytes
         with self._lock:
@@ -210,7 +210,7 @@ def _expand_children(trie: TokenTrie, nodes: np.ndarray) -> tuple[np.ndarray, np
 
 def _lookup(automaton: Automaton, parent_states: np.ndarray, flat_index: np.ndarray) -> np.ndarray:
     """transition[parent_state, byte] for every entry, filling unknown rows first."""
-    nxt = automaton.table.reshape(-1)[flat_index]
+    nxt: np.ndarray = automaton.table.reshape(-1)[flat_index]
     unknown = nxt == UNKNOWN
     if unknown.any():
         automaton.fill_entries(parent_states[unknown], flat_index[unknown] & 0xFF)
@@ -231,11 +231,11 @@ def allowed_tokens(trie: TokenTrie, automaton: Automaton, sid: int) -> np.ndarra
     key = (trie.serial, sid)
     cached = automaton.cached_mask(key)
     if cached is not None:
-        return _expand_mask(cached, trie.n_tokens)
+        return _expand_mask(cast("tuple[str, np.ndarray]", cached), trie.n_tokens)
     mask = _walk(trie, automaton, sid)
     allowed = np.flatnonzero(mask)
     if len(allowed) * 32 < trie.n_tokens:
-        compact: tuple = ("ids", allowed.astype(np.int32))
+        compact: tuple[str, np.ndarray] = ("ids", allowed.astype(np.int32))
         nbytes = compact[1].nbytes
     else:
         compact = ("bits", np.packbits(mask))
@@ -244,7 +244,7 @@ def allowed_tokens(trie: TokenTrie, automaton: Automaton, sid: int) -> np.ndarra
     return mask
 
 
-def _expand_mask(compact: tuple, n_tokens: int) -> np.ndarray:
+def _expand_mask(compact: tuple[str, np.ndarray], n_tokens: int) -> np.ndarray:
     kind, data = compact
     if kind == "ids":
         mask = np.zeros(n_tokens, dtype=bool)

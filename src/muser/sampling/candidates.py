@@ -56,7 +56,8 @@ def top_positions(logits: np.ndarray, k: int) -> np.ndarray:
         kept = np.flatnonzero(finite)
         if n_finite <= k:
             return np.concatenate([_sorted_desc(logits, kept), np.flatnonzero(~finite)[: k - n_finite]])
-        return kept[top_positions(logits[kept], k)]
+        chosen: np.ndarray = kept[top_positions(logits[kept], k)]
+        return chosen
     bound = 64 * k + 4096
     if n >= _SAMPLED_TOP_MIN_SIZE and k * _SAMPLE_STRIDE * 4 <= n:
         sample = logits[::_SAMPLE_STRIDE]

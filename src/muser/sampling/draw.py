@@ -81,7 +81,8 @@ def unnormalized_probs(logits: np.ndarray) -> np.ndarray:
     """
     logits = np.asarray(logits, dtype=np.float32)
     shifted = logits - logits.max()  # float32 subtraction, as in C++
-    return np.exp(shifted.astype(np.float64)).astype(np.float32)
+    weights: np.ndarray = np.exp(shifted.astype(np.float64)).astype(np.float32)
+    return weights
 
 
 def running_sums(probs: np.ndarray) -> np.ndarray:
@@ -93,7 +94,7 @@ def pick_from_running(running: np.ndarray, uniform: float) -> int:
     """The first index whose running sum reaches ``running[-1] * uniform``. Pure function."""
     target = running[-1] * uniform
     index = int(np.searchsorted(running, target, side="left"))
-    return min(index, running.shape[0] - 1)
+    return min(index, int(running.shape[0]) - 1)
 
 
 def pick_by_running_sum(probs: np.ndarray, uniform: float) -> int:

@@ -134,7 +134,7 @@ class Dry(Sampler):
 
     @property
     def enabled(self) -> bool:
-        return self.multiplier != 0.0 and self.base >= 1.0 and self.penalty_last_n != 0
+        return bool(self.multiplier != 0.0 and self.base >= 1.0 and self.penalty_last_n != 0)
 
     def _window_size(self) -> int | None:
         if self.penalty_last_n == -1:

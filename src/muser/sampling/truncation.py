@@ -20,7 +20,8 @@ __all__ = ["TopK", "TopP", "MinP", "Typical", "TopNSigma"]
 
 def _logf(x: float) -> np.float32:
     """float32 natural log, rounded once (like a C library's logf)."""
-    return np.float32(math.log(float(np.float32(x)))) if x > 0 else np.float32(-np.inf)
+    value: np.float32 = np.float32(math.log(float(np.float32(x)))) if x > 0 else np.float32(-np.inf)
+    return value
 
 
 class TopK(Sampler):

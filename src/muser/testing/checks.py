@@ -30,7 +30,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from muser.testing.schedule_log import AdmissionRecord, Moment, PermitRecord, ScheduleLog
+from muser.testing.schedule_log import AdmissionRecord, Moment, PermitRecord, ScheduleLog, moment_of, seq_of
 
 __all__ = [
     "ADMISSION_PASS_BOUND",
@@ -200,9 +200,9 @@ def check_bounded_decode_wait(log: ScheduleLog, max_grants_ahead: int | None = N
     _complete(log)
     turn_of = {p.id: turn for p, _, _, turn in _rotation_turns(log)}
     grants = log.grants()
-    grant_seqs = [g.granted.seq for g in grants]
+    grant_seqs = [seq_of(g.granted) for g in grants]
     for q in (p for p in log.permits if p.kind == "decode" and p.granted is not None):
-        during = grants[bisect.bisect_right(grant_seqs, q.requested.seq):bisect.bisect_left(grant_seqs, q.granted.seq)]
+        during = grants[bisect.bisect_right(grant_seqs, seq_of(q.requested)):bisect.bisect_left(grant_seqs, seq_of(q.granted))]
         prefills = [g for g in during if g.kind == "prefill"]
         if prefills:
             _fail(
@@ -214,7 +214,7 @@ def check_bounded_decode_wait(log: ScheduleLog, max_grants_ahead: int | None = N
         turns: dict[int, list[Moment]] = defaultdict(list)
         for g in during:
             if g.id in turn_of:
-                turns[turn_of[g.id]].append(g.granted)
+                turns[turn_of[g.id]].append(moment_of(g.granted))
         for s, moments in sorted(turns.items()):
             if len(moments) > 1 and s not in q.sessions:
                 _fail(
@@ -249,11 +249,11 @@ def check_no_starvation(log: ScheduleLog, max_passes: int = ADMISSION_PASS_BOUND
         if a.requested is not None:
             by_pool[a.pool].append(a)
     for pool, queue in by_pool.items():
-        admitted = sorted((a for a in queue if a.admitted is not None), key=lambda a: a.admitted.seq)
-        admitted_seqs = [a.admitted.seq for a in admitted]
+        admitted = sorted((a for a in queue if a.admitted is not None), key=lambda a: seq_of(a.admitted))
+        admitted_seqs = [seq_of(a.admitted) for a in admitted]
         for waiter in queue:
             until = waiter.ended.seq if waiter.ended is not None else float("inf")
-            window = admitted[bisect.bisect_right(admitted_seqs, waiter.requested.seq):
+            window = admitted[bisect.bisect_right(admitted_seqs, seq_of(waiter.requested)):
                               bisect.bisect_left(admitted_seqs, until)]
             passed = [a for a in window if a.ticket > waiter.ticket]
             if len(passed) > max_passes:
@@ -264,7 +264,7 @@ def check_no_starvation(log: ScheduleLog, max_passes: int = ADMISSION_PASS_BOUND
                     f"arrival(s) got a slot first (tickets {', '.join(str(a.ticket) for a in passed[:8])}). "
                     f"The bound is {max_passes}.",
                 )
-    grant_seqs = [g.granted.seq for g in log.grants()]
+    grant_seqs = [seq_of(g.granted) for g in log.grants()]
     for q in log.permits:
         if q.kind != "decode" or q.ended is not None:
             continue
@@ -296,7 +296,7 @@ def check_prefill_chunks(log: ScheduleLog) -> None:
     for g in grants:
         if g.kind == "decode":
             for s in g.sessions:
-                decode_grants[s].append(g.granted.seq)
+                decode_grants[s].append(seq_of(g.granted))
     previous_prefill = -1
     for chunk in grants:
         if chunk.kind != "prefill":
@@ -304,7 +304,7 @@ def check_prefill_chunks(log: ScheduleLog) -> None:
         if chunk.rows is not None and chunk.rows > PREFILL_CHUNK_ROWS:
             _fail("a prefill chunk was too large",
                   f"{chunk.describe()} at {chunk.granted}: at most {PREFILL_CHUNK_ROWS} rows per chunk.", log, chunk.granted)
-        at = chunk.granted.seq
+        at = seq_of(chunk.granted)
         if chunk.rows is not None and chunk.rows > PREFILL_CHUNK_ROWS_CONTENDED:
             for session, spans in leases.items():
                 for start, end in spans:

@@ -4,6 +4,10 @@ on a backend that computes nothing and only sleeps."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from muser.engine import Engine
 
 __all__ = ["null_engine"]
 
@@ -14,7 +18,7 @@ def null_engine(
     *,
     threads: int = 1,
     directory: str | os.PathLike[str] | None = None,
-):
+) -> Engine:
     """A :class:`muser.Engine` on the null backend, from a tiny model this module writes itself.
 
     Everything above the backend is muser's real code: the AcceleratorScheduler,

@@ -13,6 +13,8 @@ Written with a few lines of ``struct`` instead of the ``gguf`` package, so
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import os
 import struct
@@ -43,7 +45,7 @@ def _string(text: str) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
-def _value(tag: int, value) -> bytes:
+def _value(tag: int, value: Any) -> bytes:
     if tag == _STRING:
         return _string(value)
     if tag == _ARRAY:

@@ -14,11 +14,19 @@ across examples.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from muser.engine import Engine
+    from muser.pool import SlotPool
+    from muser.testing.schedule_log import ScheduleLog
 
 
 @pytest.fixture
-def muser_null_engine():
+def muser_null_engine() -> Engine:
     """A fresh null engine (muser.testing.null_engine: 1 ms per forward, 20 us per prompt row)."""
     from muser.testing import null_engine
 
@@ -26,7 +34,7 @@ def muser_null_engine():
 
 
 @pytest.fixture
-def muser_pool(muser_null_engine):
+def muser_pool(muser_null_engine: Engine) -> SlotPool:
     """A 4-slot muser.SlotPool on muser_null_engine."""
     import muser
 
@@ -34,7 +42,7 @@ def muser_pool(muser_null_engine):
 
 
 @pytest.fixture
-def muser_schedule_log(muser_null_engine):
+def muser_schedule_log(muser_null_engine: Engine) -> Iterator[ScheduleLog]:
     """muser_null_engine's schedule, recorded for the whole test (a live ScheduleLog)."""
     with muser_null_engine.record_schedule() as log:
         yield log

@@ -27,7 +27,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from muser.engine import Engine
 
 __all__ = [
     "AdmissionRecord",
@@ -50,6 +53,18 @@ class Moment(NamedTuple):
 
     def __str__(self) -> str:
         return f"#{self.seq} (t={self.time * 1e3:.1f} ms)"
+
+
+def moment_of(moment: Moment | None) -> Moment:
+    """A moment known to be set (the record was filtered on it): typed as such."""
+    if moment is None:
+        raise ValueError("a schedule record lacks the moment it was selected for")
+    return moment
+
+
+def seq_of(moment: Moment | None) -> int:
+    """``moment.seq`` of a moment known to be set."""
+    return moment_of(moment).seq
 
 
 class ScheduleEvent(NamedTuple):
@@ -194,7 +209,7 @@ class ScheduleLog:
         self._cache: dict[str, Any] = {}
 
     @classmethod
-    def from_events(cls, events: list[ScheduleEvent] | list[tuple], dropped: int = 0) -> ScheduleLog:
+    def from_events(cls, events: list[ScheduleEvent] | list[tuple[Any, ...]], dropped: int = 0) -> ScheduleLog:
         return cls([e if isinstance(e, ScheduleEvent) else _event(e) for e in events], dropped)
 
     # -- recording ----------------------------------------------------------
@@ -234,7 +249,7 @@ class ScheduleLog:
 
     def grants(self) -> list[PermitRecord]:
         """Granted permits in grant order."""
-        return sorted((p for p in self.permits if p.granted is not None), key=lambda p: p.granted.seq)
+        return sorted((p for p in self.permits if p.granted is not None), key=lambda p: seq_of(p.granted))
 
     @property
     def admissions(self) -> list[AdmissionRecord]:
@@ -264,8 +279,8 @@ class ScheduleLog:
         just before and after log position ``around`` (default: the last ones)."""
         grants = self.grants()
         if around is None:
-            around = grants[-1].granted.seq + 1 if grants else 0
-        at = next((i for i, p in enumerate(grants) if p.granted.seq >= around), len(grants))
+            around = seq_of(grants[-1].granted) + 1 if grants else 0
+        at = next((i for i, p in enumerate(grants) if seq_of(p.granted) >= around), len(grants))
         lines = [f"  {p.granted}: {p.describe()}" for p in grants[max(0, at - before):at + after]]
         return "\n".join(lines)
 
@@ -276,7 +291,7 @@ class ScheduleLog:
                 f"recording={self.recording})")
 
 
-def _event(raw: tuple) -> ScheduleEvent:
+def _event(raw: tuple[Any, ...]) -> ScheduleEvent:
     seq, time_ns, kind, subject, pool, slot, rows, sessions, slots, what, detail = raw
     return ScheduleEvent(seq, time_ns, kind, subject, pool, slot, rows, tuple(sessions), tuple(slots), what, detail)
 
@@ -289,6 +304,7 @@ def _build(events: list[ScheduleEvent]) -> dict[str, Any]:
     groups: list[DecodeGroupRecord] = []
     cancellations: list[CancellationRecord] = []
     requests: dict[int, RequestRecord] = {}
+    record: AdmissionRecord | None
     for e in sorted(events, key=lambda e: e.seq):
         at = e.moment
         if e.kind == "permit_requested":
@@ -363,13 +379,13 @@ def _build(events: list[ScheduleEvent]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def record_schedule(engine) -> Iterator[ScheduleLog]:
+def record_schedule(engine: Engine | Any) -> Iterator[ScheduleLog]:
     """Record ``engine``'s scheduling (and that of every pool on it) while the block runs.
 
     Yields a :class:`ScheduleLog` that is live inside the block and frozen
     at its end. Raises ``ValueError`` if the engine is already recording.
     """
-    core = engine._core if hasattr(engine, "_core") else engine
+    core: Any = engine._core if hasattr(engine, "_core") else engine  # (a muser.Engine or its core)
     recorder = core.schedule_recorder
     recorder.start()
     log = ScheduleLog()

@@ -19,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from muser.testing.workload import RequestSpec, Workload
@@ -99,7 +101,8 @@ def requests(
     )
 
 
-def workloads(min_requests: int = 1, max_requests: int = 10, **request_options) -> st.SearchStrategy[Workload]:
+def workloads(min_requests: int = 1, max_requests: int = 10,
+              **request_options: Any) -> st.SearchStrategy[Workload]:
     """A :class:`Workload` of ``min_requests``..``max_requests`` requests drawn by :func:`requests`."""
     return st.lists(requests(**request_options), min_size=min_requests, max_size=max_requests).map(
         lambda specs: Workload(tuple(specs))

@@ -11,8 +11,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from muser.errors import MuserError
+
+if TYPE_CHECKING:
+    from muser.engine import Engine
+    from muser.pool import SlotPool
 
 __all__ = ["RequestResult", "RequestSpec", "Workload", "prompt_tokens", "run_workload"]
 
@@ -90,8 +95,8 @@ def prompt_tokens(index: int, spec: RequestSpec) -> list[int]:
     return prefix + rest
 
 
-def run_workload(pool, workload: Workload | Sequence[RequestSpec], *, seed: int = 0,
-                 join_timeout: float = 120.0, **generation_options) -> list[RequestResult]:
+def run_workload(pool: SlotPool | Engine, workload: Workload | Sequence[RequestSpec], *, seed: int = 0,
+                 join_timeout: float = 120.0, **generation_options: Any) -> list[RequestResult]:
     """Play ``workload`` against ``pool`` (a :class:`muser.SlotPool` or an engine):
     each request is ``muser.stream`` on its own thread, started at its arrival time.
 
