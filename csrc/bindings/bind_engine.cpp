@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nanobind/ndarray.h>
@@ -11,12 +12,14 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 
 #include "bindings/bindings.h"
 #include "core/cancel_token.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
-#include "backend/accelerators.h"
+#include "core/limits.h"
+#include "backend/registry.h"
 #include "engine/engine.h"
 #include "engine/hidden_states.h"
 #include "engine/session.h"
@@ -49,7 +52,7 @@ nb::dict engine_config(const Engine& engine) {
   const GgufFile& file = engine.file();
   nb::dict c;
   c["architecture"] = hp.arch_name;
-  c["family"] = arch_family_name(hp.arch);
+  c["family"] = hp.family;
   c["name"] = python_str_or_bytes(file.get_string("general.name", ""));
   c["backend"] = engine.backend_name();
   c["threads"] = engine.threads();
@@ -76,14 +79,22 @@ nb::dict engine_config(const Engine& engine) {
   for (const auto& layer : hp.layers) sliding.append(layer.sliding);
   c["sliding_layers"] = sliding;
   c["final_logit_softcapping"] = hp.final_logit_softcap;
-  c["tied_output"] = engine.model().weights.tied_output;
+  c["tied_output"] = engine.model().tied_output;
 
   // Special tokens and tokenizer flags, when the file states them.
   nb::dict special;
   const char* names[] = {"bos", "eos", "eot", "eom", "unknown", "separator", "padding"};
   for (const char* name : names) {
     std::string key = std::string("tokenizer.ggml.") + name + "_token_id";
-    if (file.has(key)) special[name] = file.get_uint(key);
+    // Signed: optional ids the loader tolerates (llama.cpp only warns) may
+    // be negative or past the vocabulary; config reports them as written.
+    const GgufValue* v = file.find(key);
+    if (v == nullptr) continue;
+    if (v->type == GgufType::I8 || v->type == GgufType::I16 || v->type == GgufType::I32 || v->type == GgufType::I64) {
+      special[name] = v->as_int;
+    } else if (gguf_type_is_integer(v->type)) {
+      special[name] = v->as_uint;
+    }
   }
   c["special_tokens"] = special;
   c["add_bos_token"] = file.get_bool("tokenizer.ggml.add_bos_token", false);
@@ -99,7 +110,28 @@ nb::dict engine_config(const Engine& engine) {
 }  // namespace
 
 void init_engine(nb::module_& m) {
-  m.def("available_backends", &available_backends, "Backend names this build can run (besides 'auto').");
+  m.def(
+      "available_backends",
+      [] {
+        std::vector<std::string> names;
+        for (const BackendInfo& info : list_backends()) {
+          if (info.usable) names.push_back(info.name);
+        }
+        return names;
+      },
+      "Backend names this build can run here (besides 'auto').");
+  m.def(
+      "backends",
+      [] {
+        std::vector<std::tuple<std::string, bool, std::string>> out;
+        for (const BackendInfo& info : list_backends()) out.emplace_back(info.name, info.usable, info.reason);
+        return out;
+      },
+      "Every backend muser knows, in 'auto' preference order: (name, usable here, why not).");
+  m.def(
+      "resolve_backend", &resolve_backend, nb::arg("name"),
+      "The backend Engine(backend=name) would run ('auto' resolved); ValueError saying why for an "
+      "unusable or unknown name.");
   nb::class_<SessionSnapshot>(m, "SessionSnapshot",
                               "A frozen copy of a session (KV, tokens, logits). Immutable; restore it "
                               "into any session of the same engine and max_context, any number of times.")
@@ -198,6 +230,8 @@ void init_engine(nb::module_& m) {
       .def_prop_ro(
           "tokenizer", [](const Engine& e) { return std::const_pointer_cast<Tokenizer>(e.tokenizer()); },
           "The model's tokenizer (immutable, shared).")
+      .def_prop_ro("_graphs_built", [](const Engine& e) { return e.graphs_built(); },
+                   "Tests only: step graphs recorded so far (one per shape class while cached).")
       .def(
           "_arm_forward_fault",
           [](Engine& e, uint64_t forwards_to_skip, uint32_t after_layer) {
@@ -210,7 +244,7 @@ void init_engine(nb::module_& m) {
           "session",
           [](Engine& e, std::optional<int64_t> max_context) {
             int64_t n = max_context.value_or(
-                std::min<int64_t>(4096, static_cast<int64_t>(e.hparams().n_ctx_train)));
+                std::min<int64_t>(static_cast<int64_t>(kDefaultMaxContext), static_cast<int64_t>(e.hparams().n_ctx_train)));
             if (n < 1) throw InvalidArgument("[session] max_context: expected at least 1, got " + std::to_string(n));
             return e.new_session(static_cast<size_t>(n));
           },

@@ -13,12 +13,20 @@
 
 namespace nb = nanobind;
 
+#include "core/limits.h"
+
 namespace muser::bindings {
 
 void init_scheduler(nb::module_& m) {
   m.attr("PREFILL_CHUNK_ROWS") = kPrefillChunkRows;
   m.attr("PREFILL_CHUNK_ROWS_CONTENDED") = kPrefillChunkRowsContended;
   m.attr("MAX_DECODE_GROUP_ROWS") = kMaxDecodeGroupRows;
+  // The rest of core/limits.h, for the Python layer's defaults.
+  m.attr("MAX_STEP_ROWS") = kMaxStepRows;
+  m.attr("MAX_SLOTS") = kMaxSlots;
+  m.attr("DEFAULT_MAX_WAITING") = kDefaultMaxWaiting;
+  m.attr("DEFAULT_MAX_CONTEXT") = kDefaultMaxContext;
+  m.attr("DEFAULT_BATCH_WINDOW_US") = kDefaultBatchWindowUs;
 
   nb::class_<Permit>(m, "Permit",
                      "Ownership of the accelerator. Release by leaving its `with` block or calling release().")

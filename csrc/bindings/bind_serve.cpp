@@ -8,6 +8,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "bindings/bindings.h"
@@ -18,12 +19,22 @@
 
 namespace nb = nanobind;
 
+#include "core/limits.h"
+
 namespace muser::bindings {
 namespace {
 
+// Timeouts at or above this (about 31 years) wait without limit: int64
+// nanoseconds overflow near 292 years, and converting an out-of-range double
+// to an integer is undefined behaviour (it made `inf` time out at once).
+constexpr double kUnboundedTimeoutSeconds = 1e9;
+
 std::optional<std::chrono::nanoseconds> to_timeout(std::optional<double> seconds) {
   if (!seconds) return std::nullopt;
-  if (*seconds < 0) throw InvalidArgument("[slot_pool] timeout must be >= 0 seconds or None");
+  if (std::isnan(*seconds) || *seconds < 0) {
+    throw InvalidArgument("[slot_pool] timeout must be >= 0 seconds or None, got " + std::to_string(*seconds));
+  }
+  if (*seconds >= kUnboundedTimeoutSeconds) return std::nullopt;
   return std::chrono::nanoseconds(static_cast<int64_t>(*seconds * 1e9));
 }
 
@@ -94,13 +105,18 @@ void init_serve(nb::module_& m) {
           "__init__",
           [](SlotPool* self, std::shared_ptr<Engine> engine, size_t slots, size_t max_waiting, size_t max_context,
              double window_us) {
-            if (window_us < 0) throw InvalidArgument("[slot_pool] batch_window_us must be >= 0");
+            // Also refuses NaN; a window past a second is a mistake, and
+            // casting a huge double to int64 microseconds would be undefined.
+            if (!(window_us >= 0 && window_us <= 1e6)) {
+              throw InvalidArgument("[slot_pool] batch_window_us must be in [0, 1e6] microseconds, got " +
+                                    std::to_string(window_us));
+            }
             nb::gil_scoped_release release;
             new (self) SlotPool(std::move(engine), slots, max_waiting, max_context,
                                 std::chrono::microseconds(static_cast<int64_t>(window_us)));
           },
           nb::arg("engine"), nb::arg("slots"), nb::arg("max_waiting"), nb::arg("max_context"),
-          nb::arg("batch_window_us") = 250.0)
+          nb::arg("batch_window_us") = kDefaultBatchWindowUs)
       .def(
           "acquire",
           [](SlotPool& p, const std::vector<int32_t>& prompt, std::optional<double> timeout,
@@ -168,7 +184,7 @@ void init_serve(nb::module_& m) {
             };
             new (self) DecodeBatcher(runner, std::chrono::microseconds(static_cast<int64_t>(window_us)), max_rows);
           },
-          nb::arg("run_group"), nb::arg("window_us") = 250.0, nb::arg("max_rows") = 4)
+          nb::arg("run_group"), nb::arg("window_us") = kDefaultBatchWindowUs, nb::arg("max_rows") = kMaxDecodeGroupRows)
       .def(
           "submit",
           [](DecodeBatcher& b, uint64_t slot_id, int32_t token, std::shared_ptr<CancelToken> cancel) {

@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/testing/fault_injecting_backend.h"
 #include "core/thread_pool.h"
 #include "engine/accelerator_scheduler.h"
+#include "engine/step_runner.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,7 +22,7 @@ class Session;
 
 struct EngineOptions {
   int threads = 0;                 // compute threads; 0 = physical cores
-  std::string backend = "auto";    // "auto" (best available), "cpu" or "null"
+  std::string backend = "auto";    // "auto" (best usable) or a name from list_backends()
   double null_step_seconds = 0.0;  // per-forward sleep of the null backend
   double null_prefill_seconds_per_row = 0.0;  // its extra sleep per row of a multi-row (prompt) segment
 };
@@ -37,30 +38,31 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const HParams& hparams() const { return model_->hparams; }
   // The vocabulary's tokenizer, built once at open().
   const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
-  const char* backend_name() const { return backend_->name(); }
+  const char* backend_name() const { return runner_->backend().name(); }
   int threads() const { return pool_->size(); }
 
   // A new session of up to max_context positions (1..n_ctx_train). Throws
   // InvalidArgument outside that range.
   std::shared_ptr<Session> new_session(size_t max_context);
 
-  std::unique_ptr<KvState> new_kv_state(size_t max_context) const {
-    return backend_->new_kv_state(max_context);
-  }
+  std::unique_ptr<KvState> new_kv_state(size_t max_context) const { return runner_->new_kv_state(max_context); }
 
   // The one owner of this engine's accelerator: every forward runs under
   // one of its permits (a decode, a decode group or one prefill chunk).
   AcceleratorScheduler& scheduler() { return scheduler_; }
 
-  // Runs one forward pass (Backend::forward's contract) under `permit`,
+  // Runs one forward pass (StepRunner::forward's contract) under `permit`,
   // which must be held and come from this engine's scheduler.
   void forward(const Permit& permit, const std::vector<ForwardSegment>& segments);
 
   // A process-unique id for a new session: its key in the decode rotation.
   uint64_t next_session_id() { return next_session_id_.fetch_add(1); }
 
-  // Tests only: see ForwardFaults.
-  ForwardFaults& faults() { return backend_->faults; }
+  // Tests only: step graphs recorded so far (StepRunner::graphs_built).
+  uint64_t graphs_built() const { return runner_->graphs_built(); }
+
+  // Tests only: see FaultInjectingBackend.
+  FaultInjectingBackend& faults() { return *faults_; }
 
  private:
   Engine() = default;
@@ -68,7 +70,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<ThreadPool> pool_;
-  std::unique_ptr<Backend> backend_;
+  FaultInjectingBackend* faults_ = nullptr;  // wraps the backend; owned by runner_
+  std::unique_ptr<StepRunner> runner_;
   AcceleratorScheduler scheduler_;
   std::atomic<uint64_t> next_session_id_{1};
 };

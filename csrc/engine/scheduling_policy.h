@@ -14,13 +14,12 @@
 #include <optional>
 #include <set>
 
+#include "core/limits.h"
+
 namespace muser {
 
 enum class WorkKind { Decode, Prefill };
 
-constexpr size_t kPrefillChunkRows = 512;
-constexpr size_t kPrefillChunkRowsContended = 64;
-constexpr size_t kMaxDecodeGroupRows = 4;
 
 struct SchedulerState {
   bool active = false;

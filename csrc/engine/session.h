@@ -19,7 +19,7 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/backend.h"
+#include "engine/step_runner.h"
 #include "core/cancel_token.h"
 #include "engine/scheduling_policy.h"
 
@@ -109,6 +109,6 @@ class Session {
   bool has_logits_ = false;
 };
 
-static_assert(kPrefillChunkRows <= kMaxSegmentRows, "a prefill chunk must fit one forward segment");
+static_assert(kPrefillChunkRows <= kMaxStepRows, "a prefill chunk must fit one forward segment");
 
 }  // namespace muser

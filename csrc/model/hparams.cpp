@@ -4,7 +4,9 @@
 #include <limits>
 
 #include "core/error.h"
+#include "model/arch/architecture.h"
 #include "weights/gguf_file.h"
+#include "weights/memory_budget.h"
 
 namespace muser {
 namespace {
@@ -20,53 +22,57 @@ constexpr uint64_t kMaxLayers = 4096;
 constexpr uint64_t kMaxHeads = 4096;
 constexpr uint64_t kMaxHeadDim = 4096;
 
-// Typed getters for one architecture's keys ("<arch>.<name>"), each with the
-// range check the graph relies on.
-class Keys {
- public:
-  Keys(const GgufFile& file, std::string prefix) : file_(file), prefix_(std::move(prefix)) {}
+}  // namespace
 
-  std::string key(const char* name) const { return prefix_ + "." + name; }
-  bool has(const char* name) const { return file_.has(key(name)); }
+void HParamKeys::fail(const std::string& what) { throw ModelFormatError(format_where("hparams", what)); }
 
-  uint32_t count(const char* name, uint64_t min, uint64_t max) const {
-    return checked(name, file_.get_uint(key(name)), min, max);
-  }
-  uint32_t count(const char* name, uint64_t min, uint64_t max, uint64_t fallback) const {
-    return checked(name, file_.get_uint(key(name), fallback), min, max);
-  }
-  double positive(const char* name, double fallback) const {
-    double v = file_.get_float(key(name), fallback);
-    if (!(std::isfinite(v) && v > 0)) {
-      fail("key '" + key(name) + "': expected a finite positive number, got " + std::to_string(v));
-    }
-    return v;
-  }
-  // Optional non-negative number; 0 when absent.
-  double non_negative(const char* name) const {
-    double v = file_.get_float(key(name), 0.0);
-    if (!(std::isfinite(v) && v >= 0)) {
-      fail("key '" + key(name) + "': expected a finite non-negative number, got " + std::to_string(v));
-    }
-    return v;
-  }
+bool HParamKeys::has(const char* name) const { return file_.has(key(name)); }
 
- private:
-  uint32_t checked(const char* name, uint64_t v, uint64_t min, uint64_t max) const {
-    if (v < min || v > max) {
-      fail("key '" + key(name) + "': expected a value in [" + std::to_string(min) + ", " +
-           std::to_string(max) + "], got " + std::to_string(v));
-    }
-    return static_cast<uint32_t>(v);
+uint32_t HParamKeys::count(const char* name, uint64_t min, uint64_t max) const {
+  return checked(name, file_.get_uint(key(name)), min, max);
+}
+uint32_t HParamKeys::count(const char* name, uint64_t min, uint64_t max, uint64_t fallback) const {
+  return checked(name, file_.get_uint(key(name), fallback), min, max);
+}
+double HParamKeys::positive(const char* name, double fallback) const {
+  double v = file_.get_float(key(name), fallback);
+  if (!(std::isfinite(v) && v > 0)) {
+    fail("key '" + key(name) + "': expected a finite positive number, got " + std::to_string(v));
   }
+  return v;
+}
+double HParamKeys::non_negative(const char* name) const {
+  double v = file_.get_float(key(name), 0.0);
+  if (!(std::isfinite(v) && v >= 0)) {
+    fail("key '" + key(name) + "': expected a finite non-negative number, got " + std::to_string(v));
+  }
+  return v;
+}
+uint32_t HParamKeys::checked(const char* name, uint64_t v, uint64_t min, uint64_t max) const {
+  if (v < min || v > max) {
+    fail("key '" + key(name) + "': expected a value in [" + std::to_string(min) + ", " +
+         std::to_string(max) + "], got " + std::to_string(v));
+  }
+  return static_cast<uint32_t>(v);
+}
 
-  const GgufFile& file_;
-  std::string prefix_;
-};
+namespace {
+
+using Keys = HParamKeys;
 
 uint32_t read_vocab_size(const GgufFile& file, const Keys& keys) {
-  if (keys.has("vocab_size")) return keys.count("vocab_size", 1, std::numeric_limits<int32_t>::max());
-  if (const GgufArray* tokens = file.get_array("tokenizer.ggml.tokens", false)) {
+  const GgufArray* tokens = file.get_array("tokenizer.ggml.tokens", false);
+  if (keys.has("vocab_size")) {
+    const uint32_t n_vocab = keys.count("vocab_size", 1, std::numeric_limits<int32_t>::max());
+    // Logits have n_vocab entries and any of them can be sampled; each must
+    // be a token the tokenizer can turn into text (and every token a row).
+    if (tokens != nullptr && tokens->count != n_vocab) {
+      fail("key '" + keys.key("vocab_size") + "' = " + std::to_string(n_vocab) + " but 'tokenizer.ggml.tokens' has " +
+           std::to_string(tokens->count) + " tokens: expected them equal");
+    }
+    return n_vocab;
+  }
+  if (tokens != nullptr) {
     if (tokens->count == 0 || tokens->count > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
       fail("key 'tokenizer.ggml.tokens': expected 1 to 2^31-1 tokens, got " + std::to_string(tokens->count));
     }
@@ -98,12 +104,12 @@ double read_linear_rope_scale(const GgufFile& file, const Keys& keys) {
   return factor == 0.0 ? 1.0 : 1.0 / factor;
 }
 
-// Which layers are local. gemma3 alternates five local layers with one global
-// layer unless the file says otherwise (a period, or one bool per layer).
-std::vector<bool> read_sliding_layers(const GgufFile& file, const Keys& keys, uint32_t n_layer) {
+}  // namespace
+
+std::vector<bool> HParamKeys::sliding_layers(uint32_t n_layer, uint32_t default_period) const {
   std::vector<bool> sliding(n_layer, false);
-  std::string pattern_key = keys.key("attention.sliding_window_pattern");
-  const GgufValue* pattern = file.find(pattern_key);
+  std::string pattern_key = key("attention.sliding_window_pattern");
+  const GgufValue* pattern = file_.find(pattern_key);
   if (pattern != nullptr && pattern->type == GgufType::ARRAY) {
     const GgufArray* flags = pattern->as_array.get();
     if (flags->elem_type != GgufType::BOOL || flags->count != n_layer) {
@@ -115,12 +121,11 @@ std::vector<bool> read_sliding_layers(const GgufFile& file, const Keys& keys, ui
     return sliding;
   }
   // A period n makes layer il global when il % n == n - 1; 0 makes every layer local.
-  uint32_t period = keys.count("attention.sliding_window_pattern", 0, kMaxLayers, 6);
+  uint32_t period = count("attention.sliding_window_pattern", 0, kMaxLayers, default_period);
   for (uint32_t il = 0; il < n_layer; ++il) sliding[il] = period == 0 || (il % period) < period - 1;
   return sliding;
 }
 
-}  // namespace
 
 bool HParams::has_sliding_layers() const {
   for (const auto& layer : layers) {
@@ -130,9 +135,11 @@ bool HParams::has_sliding_layers() const {
 }
 
 HParams HParams::from_gguf(const GgufFile& file) {
+  // Before any size below is trusted: the file's data must fit the machine.
+  check_model_memory(file);
   HParams hp;
   hp.arch_name = std::string(file.get_string("general.architecture"));
-  hp.arch = parse_arch(hp.arch_name);
+  find_arch(hp.arch_name);  // an unsupported architecture fails before any other key
   Keys keys(file, hp.arch_name);
 
   hp.n_embd = keys.count("embedding_length", 1, kMaxDim);
@@ -165,44 +172,9 @@ HParams HParams::from_gguf(const GgufFile& file) {
   double rope_scale = read_linear_rope_scale(file, keys);
   hp.layers.assign(hp.n_layer, LayerAttention{false, rope_base, rope_scale});
 
-  switch (hp.arch) {
-    case Arch::Llama:
-      hp.rope_style = RopeStyle::Normal;
-      break;
-    case Arch::Qwen2:
-      hp.rope_style = RopeStyle::Neox;
-      hp.qkv_bias = true;
-      break;
-    case Arch::Qwen3:
-      hp.rope_style = RopeStyle::Neox;
-      hp.qk_norm = true;
-      break;
-    case Arch::Gemma3: {
-      hp.rope_style = RopeStyle::Neox;
-      hp.qk_norm = true;
-      hp.post_norms = true;
-      hp.ffn_activation = FfnActivation::GeluTanh;
-      hp.embd_scale = std::sqrt(static_cast<float>(hp.n_embd));
-      // Gemma 3 27B scales queries by its hidden size per head rather than
-      // by its head size (query_pre_attn_scalar = 168 in its config).
-      if (hp.n_layer == 62 && hp.n_embd % hp.n_head == 0) {
-        hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head));
-      }
-      // The logits are soft-capped when the file gives a cap (Gemma 3's
-      // released configs give none). Without a window (the key absent or 0)
-      // every layer is global.
-      hp.final_logit_softcap = static_cast<float>(keys.non_negative("final_logit_softcapping"));
-      hp.sliding_window = keys.count("attention.sliding_window", 0, std::numeric_limits<int32_t>::max(), 0);
-      if (hp.sliding_window == 0) break;
-      // Local layers rotate with their own base and no position scaling.
-      double local_base = keys.positive("rope.freq_base_swa", 10000.0);
-      std::vector<bool> sliding = read_sliding_layers(file, keys, hp.n_layer);
-      for (uint32_t il = 0; il < hp.n_layer; ++il) {
-        if (sliding[il]) hp.layers[il] = LayerAttention{true, local_base, 1.0};
-      }
-      break;
-    }
-  }
+  const ArchEntry& arch = find_arch(hp.arch_name);
+  hp.family = arch.family;
+  arch.factory.read_hparams(file, keys, hp);
   return hp;
 }
 

@@ -1,27 +1,19 @@
 // Hyperparameters of a model, read once from GGUF metadata and validated.
 // Immutable afterwards; everything downstream (tensor shapes, KV layout, the
-// forward graph) is derived from this struct alone.
+// step graphs) is derived from this struct and the architecture's file.
+// The common keys are read here; each architecture file (model/arch/) reads
+// its own through HParamKeys.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "model/architecture.h"
+#include "graph/ops.h"
 
 namespace muser {
 
 class GgufFile;
-
-// How RoPE pairs the dimensions of a head: Normal rotates (x[2i], x[2i+1]),
-// Neox rotates (x[i], x[i + n_rot/2]). Which one a family uses is fixed by how
-// its converter laid out the Q/K weights.
-enum class RopeStyle { Normal, Neox };
-
-enum class FfnActivation {
-  Silu,      // SwiGLU: silu(gate) * up
-  GeluTanh,  // GeGLU: gelu(gate) * up, tanh approximation
-};
 
 // Per-layer attention settings. Sliding-window (local) layers see only the
 // last `sliding_window` positions and may rotate with their own RoPE base.
@@ -29,11 +21,12 @@ struct LayerAttention {
   bool sliding = false;
   double rope_base = 10000.0;
   double rope_freq_scale = 1.0;  // positions are multiplied by this (linear scaling)
+  bool rope = true;              // false: the layer applies no rotary embedding
 };
 
 struct HParams {
-  Arch arch = Arch::Llama;
   std::string arch_name;  // general.architecture as written (the metadata key prefix)
+  std::string family;     // the architecture file serving it
 
   uint32_t n_vocab = 0;
   uint32_t n_ctx_train = 0;
@@ -47,14 +40,12 @@ struct HParams {
   uint32_t n_rot = 0;  // leading dimensions of each head that RoPE rotates (even)
   float rms_eps = 1e-5f;
 
+  // How RoPE pairs the dimensions of a head (fixed by how the family's
+  // converter laid out the Q/K weights; set by the architecture file).
   RopeStyle rope_style = RopeStyle::Normal;
-  FfnActivation ffn_activation = FfnActivation::Silu;
-  bool qkv_bias = false;      // qwen2
-  bool qk_norm = false;       // qwen3, gemma3
-  bool post_norms = false;    // gemma3: RMSNorm after attention and after the FFN
-  float embd_scale = 1.0f;    // gemma3: sqrt(n_embd)
+  float embd_scale = 1.0f;    // multiplies the embedding rows (gemma3: sqrt(n_embd))
   float attn_scale = 1.0f;    // multiplies Q.K before the softmax
-  float final_logit_softcap = 0.0f;  // 0 = none; else cap * tanh(logit / cap) (gemma3)
+  float final_logit_softcap = 0.0f;  // 0 = none; else cap * tanh(logit / cap)
 
   uint32_t sliding_window = 0;  // positions a local layer sees, itself included; 0 = none
   std::vector<LayerAttention> layers;
@@ -69,6 +60,34 @@ struct HParams {
   uint32_t v_width() const { return n_head_kv * head_dim_v; }   // value row
   uint32_t attn_out_width() const { return n_head * head_dim_v; }
   bool has_sliding_layers() const;
+};
+
+// Typed getters for one architecture's keys ("<arch>.<name>"), each with the
+// range check the graph relies on; ModelFormatError naming the key otherwise.
+class HParamKeys {
+ public:
+  HParamKeys(const GgufFile& file, std::string prefix) : file_(file), prefix_(std::move(prefix)) {}
+
+  std::string key(const char* name) const { return prefix_ + "." + name; }
+  bool has(const char* name) const;
+
+  uint32_t count(const char* name, uint64_t min, uint64_t max) const;
+  uint32_t count(const char* name, uint64_t min, uint64_t max, uint64_t fallback) const;
+  double positive(const char* name, double fallback) const;
+  // Optional non-negative number; 0 when absent.
+  double non_negative(const char* name) const;
+  // Which of n_layer layers are local: the key "attention.sliding_window_pattern"
+  // as one bool per layer or a period n (layer il global when il % n == n - 1;
+  // 0: every layer local), default_period when absent.
+  std::vector<bool> sliding_layers(uint32_t n_layer, uint32_t default_period) const;
+
+  [[noreturn]] static void fail(const std::string& what);
+
+ private:
+  uint32_t checked(const char* name, uint64_t v, uint64_t min, uint64_t max) const;
+
+  const GgufFile& file_;
+  std::string prefix_;
 };
 
 }  // namespace muser

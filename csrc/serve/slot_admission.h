@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/cancel_token.h"
+#include "core/limits.h"
 #include "engine/schedule_recorder.h"
 
 namespace muser {
@@ -46,8 +47,6 @@ struct AdmissionStats {
 
 class SlotAdmission {
  public:
-  static constexpr size_t kMaxSlots = 4;
-
   // n_slots in 1..4; max_waiting >= 0. InvalidArgument otherwise.
   SlotAdmission(size_t n_slots, size_t max_waiting);
 

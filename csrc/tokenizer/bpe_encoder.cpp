@@ -68,8 +68,7 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
       const auto hit = seen.find(word);
       if (hit != seen.end()) {
         const auto [first, count] = hit->second;
-        out.reserve(out.size() + count);
-        for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
+        append_earlier_ids(out, first, count);
         continue;
       }
     }

@@ -132,8 +132,7 @@ void Tokenizer::encode_spm_word(const std::string& text, size_t begin, size_t en
   }
   if (const auto* hit = memo.find_word(word)) {
     const auto [first, count] = *hit;
-    out.reserve(out.size() + count);
-    for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
+    append_earlier_ids(out, first, count);
     return;
   }
   const size_t before = out.size();

@@ -121,6 +121,9 @@ class Tokenizer {
   void encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
                        std::vector<BpeSymbol>& symbols, std::vector<BpeBigram>& heap, std::string& encoded) const;
   void spm_byte_fallback(const char* bytes, size_t n, std::vector<int32_t>& out) const;
+  // Appends out[first, first + count) to `out` (a memoized word's ids),
+  // keeping the vector's geometric growth so encoding stays linear.
+  static void append_earlier_ids(std::vector<int32_t>& out, size_t first, size_t count);
 
   TokenizerKind kind_ = TokenizerKind::SentencePiece;
   std::string model_name_;

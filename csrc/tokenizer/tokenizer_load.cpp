@@ -59,6 +59,7 @@ class TokenizerLoader {
     read_tokens();
     if (tok_->kind_ == TokenizerKind::BytePairEncoding) read_merges();
     read_special_ids();
+    check_chat_template();
     detect_special_tokens_by_text();
     build_pieces();
     build_special_matchers();
@@ -222,6 +223,16 @@ class TokenizerLoader {
             "' names a token that is not in tokenizer.ggml.tokens");
       }
       tk.merges_.insert(left_id, right_id, MergeMap::Merge{static_cast<int32_t>(i), result_id});
+    }
+  }
+
+  // The chat template is rendered later (engine.config, muser.chat); a
+  // template that is not a string would load and then fail there.
+  void check_chat_template() {
+    const GgufValue* v = file_.find("tokenizer.chat_template");
+    if (v != nullptr && v->type != GgufType::STRING) {
+      bad(std::string("tokenizer.chat_template: expected a string (a Jinja2 template), got ") +
+          gguf_type_name(v->type));
     }
   }
 

@@ -1,5 +1,7 @@
 #include "weights/gguf_file.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -372,6 +374,29 @@ void GgufFile::parse() {
            ") runs past the end of the data section (" + std::to_string(data_size) + " bytes)");
     }
     t.data = file_.data() + data_offset_ + t.offset;
+  }
+  check_no_overlap();
+}
+
+// Every byte a tensor claims must be its own. Aliased tensors let a small
+// file claim any amount of data (4 MB claiming 33 GB of norm vectors, each
+// copied at load), so the sum of tensor sizes, and with it everything a
+// loader derives from them, is bounded by the file size only once this holds.
+void GgufFile::check_no_overlap() const {
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(tensors_.size());
+  for (const TensorInfo& t : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->offset < b->offset || (a->offset == b->offset && a->n_bytes < b->n_bytes);
+  });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& prev = *by_offset[i - 1];
+    const TensorInfo& t = *by_offset[i];
+    if (t.offset < prev.offset + prev.n_bytes) {  // bounds-checked above: no overflow
+      fail("tensor " + quoted(t.name) + ": data [" + std::to_string(t.offset) + ", +" + std::to_string(t.n_bytes) +
+           ") overlaps tensor " + quoted(prev.name) + " [" + std::to_string(prev.offset) + ", +" +
+           std::to_string(prev.n_bytes) + "); tensors must not share bytes");
+    }
   }
 }
 

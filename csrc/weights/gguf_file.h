@@ -102,6 +102,7 @@ class GgufFile {
   const TensorInfo* find_tensor(std::string_view name) const;
 
  private:
+  void check_no_overlap() const;
   explicit GgufFile(MappedFile file);
   void parse();
 

@@ -19,8 +19,9 @@ from muser.errors import (
     Unhealthy,
 )
 from muser import _core  # noqa: F401  (fail early if the extension is missing)
-from muser.engine import Engine, Session, SessionSnapshot
+from muser.engine import BackendInfo, Engine, Session, SessionSnapshot, backends
 from muser.pool import CancelToken, Lease, Slot, SlotPool
+from muser import limits
 from muser import models
 from muser import sampling
 from muser.sampling.params import SamplingParams
@@ -32,6 +33,7 @@ from muser import embeddings, openai
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackendInfo",
     "CancelToken",
     "Engine",
     "Lease",
@@ -40,6 +42,7 @@ __all__ = [
     "Slot",
     "SlotPool",
     "embeddings",
+    "limits",
     "models",
     "openai",
     "sampling",
@@ -47,6 +50,7 @@ __all__ = [
     "GenerationChunk",
     "Grammar",
     "astream",
+    "backends",
     "chat",
     "generate",
     "stream",

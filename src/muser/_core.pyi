@@ -42,7 +42,17 @@ class GgufFile:
         """Read-only uint8 view of a tensor's raw bytes; keeps the file mapped."""
 
 def available_backends() -> list[str]:
-    """Backend names this build can run (besides 'auto')."""
+    """Backend names this build can run here (besides 'auto')."""
+
+def backends() -> list[tuple[str, bool, str]]:
+    """
+    Every backend muser knows, in 'auto' preference order: (name, usable here, why not).
+    """
+
+def resolve_backend(name: str) -> str:
+    """
+    The backend Engine(backend=name) would run ('auto' resolved); ValueError saying why for an unusable or unknown name.
+    """
 
 class SessionSnapshot:
     """
@@ -172,6 +182,16 @@ PREFILL_CHUNK_ROWS: int = 512
 PREFILL_CHUNK_ROWS_CONTENDED: int = 64
 
 MAX_DECODE_GROUP_ROWS: int = 4
+
+MAX_STEP_ROWS: int = 512
+
+MAX_SLOTS: int = 4
+
+DEFAULT_MAX_WAITING: int = 64
+
+DEFAULT_MAX_CONTEXT: int = 4096
+
+DEFAULT_BATCH_WINDOW_US: float = 250.0
 
 class Permit:
     """

@@ -18,17 +18,16 @@ raises :class:`muser.ContextOverflow`.
 from __future__ import annotations
 
 import logging
-import operator
 import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from muser import _core
+from muser import _core, limits
 from muser.keywords import checked_keywords
 
 if TYPE_CHECKING:
@@ -39,7 +38,25 @@ if TYPE_CHECKING:
     from muser.sampling.chain import SamplerChain
     from muser.pool import SlotPool
 
-__all__ = ["Engine", "Session", "SessionSnapshot"]
+__all__ = ["BackendInfo", "Engine", "Session", "SessionSnapshot", "backends"]
+
+
+class BackendInfo(NamedTuple):
+    """One compute backend muser knows, and whether it can run here."""
+
+    name: str
+    usable: bool
+    reason: str  # why not, when not usable; "" otherwise
+
+
+def backends() -> list[BackendInfo]:
+    """Every backend this build of muser knows, in the order ``backend="auto"``
+    prefers them, with whether it is usable on this machine and why not
+    (for example ``"compiled without CUDA"``). An explicit
+    ``Engine(path, backend=name)`` for an unusable one raises ``ValueError``
+    with that reason; nothing falls back silently."""
+    return [BackendInfo(name, usable, reason) for name, usable, reason in _core.backends()]
+
 
 log = logging.getLogger("muser")
 
@@ -82,11 +99,11 @@ class Session:
 
         Raises:
             ValueError: a token id outside ``[0, n_vocab)``.
-            TypeError: an element that is not an integer.
+            TypeError: an element that is not an integer (or ``tokens`` is a str/bytes).
             ContextOverflow: ``n_past + len(tokens) > max_context``.
             Cancelled: ``cancel`` was cancelled; seen at a chunk boundary.
         """
-        self._core.prefill([operator.index(t) for t in tokens], cancel)
+        self._core.prefill(limits.check_token_ids("tokens", tokens, self._engine.n_vocab), cancel)
 
     def decode(self, token: int) -> None:
         """Append one token; ``logits`` become the distribution after it.
@@ -95,7 +112,8 @@ class Session:
             ValueError: a token id outside ``[0, n_vocab)``.
             ContextOverflow: the session already holds ``max_context`` tokens.
         """
-        self._core.decode(operator.index(token))
+        (token,) = limits.check_token_ids("token", (token,), self._engine.n_vocab)
+        self._core.decode(token)
 
     @property
     def logits(self) -> np.ndarray | None:
@@ -137,7 +155,7 @@ class Session:
         Raises:
             ValueError: ``n < 0`` or ``n > n_past``.
         """
-        self._core.truncate(operator.index(n))
+        self._core.truncate(limits.check_int("n", n))  # the core checks n <= n_past
 
     def snapshot(self) -> SessionSnapshot:
         """Copy the whole state (KV cache, tokens, logits) into an immutable snapshot."""
@@ -195,7 +213,8 @@ class Engine:
     Args:
         path: the .gguf file.
         threads: compute threads; ``None`` uses the physical cores.
-        backend: ``"auto"`` (the best available), ``"cpu"``, or ``"null"``
+        backend: ``"auto"`` (the best usable one, see :func:`muser.backends`), or a
+            backend's name: ``"cpu"``, ``"cuda"``, ``"metal"``, ``"null"````
             (computes nothing, returns repeatable logits; for tests).
         null_step_seconds: with the null backend, how long each forward takes.
         null_prefill_seconds_per_row: with the null backend, the extra time per
@@ -204,7 +223,8 @@ class Engine:
     Raises:
         ModelFormatError: the file is malformed, or its architecture, tensor
             types or shapes are unsupported (the message names the key or tensor).
-        ValueError: bad ``threads`` or ``backend``.
+        ValueError: bad ``threads`` (1..``muser.limits.MAX_THREADS``) or ``backend``.
+        TypeError: ``threads`` is not an int.
 
     Thread safety: share one engine between threads freely.
     """
@@ -222,6 +242,7 @@ class Engine:
         null_prefill_seconds_per_row: float = 0.0,
     ) -> None:
         _check_not_a_name(path)
+        threads = limits.check_threads(threads)
         started = time.perf_counter()
         self._core = _core.Engine(os.fspath(path), threads, backend, null_step_seconds,
                                   null_prefill_seconds_per_row)
@@ -286,7 +307,7 @@ class Engine:
 
     @property
     def backend(self) -> str:
-        """The backend in use (``"cpu"`` or ``"null"``)."""
+        """The backend in use (what ``"auto"`` resolved to, e.g. ``"cpu"``)."""
         return self._core.backend
 
     @property
@@ -370,8 +391,18 @@ class Engine:
             add_special: add BOS/EOS as the model's metadata asks.
             parse_special: let texts of control tokens (``<|im_start|>``...) in
                 ``text`` become those tokens; otherwise they are plain text.
+
+        Raises:
+            TypeError: ``text`` is not a str (bytes must be decoded first).
+            ValueError: ``text`` is longer than ``muser.limits.MAX_TEXT_CHARS``, or
+                holds a lone surrogate (not Unicode text).
         """
-        return self._core.tokenizer.encode(text, add_special, parse_special)
+        try:
+            return self._core.tokenizer.encode(limits.check_text("text", text), add_special, parse_special)
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"text has a lone surrogate {text[exc.start]!r} at position {exc.start}: it has no UTF-8 form"
+            ) from None
 
     def detokenize(self, tokens: Sequence[int], remove_special: bool = True, unparse_special: bool = False) -> str:
         """Text of ``tokens`` (llama.cpp's detokenize); invalid UTF-8 becomes U+FFFD.
@@ -379,7 +410,8 @@ class Engine:
         Raises:
             ValueError: an id outside the vocabulary.
         """
-        return self._core.tokenizer.decode([operator.index(t) for t in tokens], remove_special, unparse_special)
+        ids = limits.check_token_ids("tokens", tokens, self.n_vocab)
+        return self._core.tokenizer.decode(ids, remove_special, unparse_special)
 
     def token_bytes(self, special: bool = False) -> list[bytes]:
         """The bytes every token contributes inside a text, indexed by id
@@ -427,6 +459,8 @@ class Engine:
         Raises:
             ValueError: ``max_context`` outside ``1..context_length``.
         """
+        if max_context is not None:
+            max_context = limits.check_int("max_context", max_context, 1)  # the core checks the training context
         return Session(self._core.session(max_context), self)
 
     def decode_group(self, sessions: Sequence[Session], tokens: Sequence[int]) -> None:
@@ -447,7 +481,7 @@ class Engine:
             if session.engine is not self:
                 raise ValueError(f"[decode_group] session {index} belongs to another engine")
             cores.append(session._core)
-        self._core.decode_group(cores, [operator.index(t) for t in tokens])
+        self._core.decode_group(cores, limits.check_token_ids("tokens", tokens, self.n_vocab))
 
     @overload
     def embed(self, texts: str, *, pooling: Pooling = "mean", normalize: bool = True, add_special: bool = True,

@@ -21,7 +21,6 @@ import asyncio
 import dataclasses
 import itertools
 import math
-import operator
 import queue
 import sys
 import threading
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, TypeGuard, Union, cast
 
 import numpy as np
 
+from muser import limits
 from muser.chat_template import ChatTemplate, ChatTemplateError
 from muser.engine import Engine
 from muser.errors import Cancelled, InternalError
@@ -82,7 +82,7 @@ class _Options:
     context_shift: bool
     n_keep: int
     timeout: float | None
-    consumer_timeout: float
+    consumer_timeout: float | None
     params: SamplingParams
     special: bool
     logits_processors: tuple[LogitsProcessor, ...]
@@ -125,16 +125,13 @@ def _make_options(
     stopping_criteria: Sequence[StoppingCriterion] | None = None,
     **sampling: Any,
 ) -> _Options:
-    max_tokens = operator.index(max_tokens)
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    if top_logprobs < 0:
-        raise ValueError(f"top_logprobs must be >= 0, got {top_logprobs}")
-    if consumer_timeout <= 0:
-        raise ValueError(f"consumer_timeout must be > 0, got {consumer_timeout}")
+    max_tokens = limits.check_int("max_tokens", max_tokens, 1)
+    top_logprobs = limits.check_int("top_logprobs", top_logprobs, 0)
+    consumer_timeout = limits.check_timeout("consumer_timeout", consumer_timeout)
+    if consumer_timeout == 0:
+        raise ValueError("consumer_timeout must be > 0 seconds (or None: never cancel a slow consumer)")
     if grammar is not None and not isinstance(grammar, Grammar):
         raise TypeError(f"grammar must be a muser.Grammar, got {type(grammar).__name__}")
-    stops = (stop,) if isinstance(stop, str) else tuple(stop)
     processors = tuple(logits_processors or ())
     criteria = tuple(stopping_criteria or ())
     for name, hooks in (("logits_processors", processors), ("stopping_criteria", criteria)):
@@ -143,19 +140,22 @@ def _make_options(
                 raise TypeError(f"{name}[{index}] must be callable as fn(token_ids, logits), "
                                 f"got {type(hook).__name__}")
     return _Options(
-        max_tokens=max_tokens, stop=stops, stop_token_ids=tuple(int(t) for t in stop_token_ids), seed=seed,
-        grammar=grammar, logprobs=logprobs, top_logprobs=operator.index(top_logprobs), echo=echo,
-        context_shift=context_shift, n_keep=operator.index(n_keep), timeout=timeout,
+        max_tokens=max_tokens, stop=limits.check_sequence_of_str("stop", stop),
+        stop_token_ids=tuple(limits.check_token_ids("stop_token_ids", stop_token_ids)), seed=seed,
+        grammar=grammar, logprobs=logprobs, top_logprobs=top_logprobs, echo=echo,
+        context_shift=context_shift, n_keep=limits.check_int("n_keep", n_keep, 0),
+        timeout=limits.check_timeout("timeout", timeout),
         consumer_timeout=consumer_timeout, params=SamplingParams(**sampling), special=special,
         logits_processors=processors, stopping_criteria=criteria,
     )
 
 
 def _prompt_tokens(engine: Engine, prompt: str | Sequence[int], parse_special: bool) -> list[int]:
-    if isinstance(prompt, str):
-        tokens = engine.tokenize(prompt, add_special=True, parse_special=parse_special)
+    checked = limits.check_prompt(prompt, engine.n_vocab)
+    if isinstance(checked, str):
+        tokens = engine.tokenize(checked, add_special=True, parse_special=parse_special)
     else:
-        tokens = [operator.index(t) for t in prompt]
+        tokens = checked
     if not tokens:
         raise ValueError("the prompt is empty (no tokens to condition on)")
     return tokens
@@ -353,13 +353,13 @@ def _drain(detok: StreamingDetokenizer, stops: StopMatcher) -> str:
 def _start(target: Target, prompt: str | Sequence[int], n: int, cancel: CancelToken | None,
            parse_special: bool, options: _Options) -> list[_Request]:
     pool = _pool_of(target)
-    n = operator.index(n)
-    if not 1 <= n <= pool.slots:
-        raise ValueError(f"n must be 1..{pool.slots} (the pool's slots), got {n}")
+    n = limits.check_int("n", n, 1, pool.slots)
+    seed = limits.check_seed(options.seed, n)
+    limits.check_n_keep(options.n_keep, pool.max_context, options.context_shift)
     tokens = _prompt_tokens(pool.engine, prompt, parse_special)
     if len(tokens) >= pool.max_context:
         raise ValueError(f"the prompt has {len(tokens)} tokens; the pool's max_context is {pool.max_context}")
-    seeds = [None if options.seed is None else (options.seed + i) & 0xFFFFFFFF for i in range(n)]
+    seeds = [None if seed is None else seed + i for i in range(n)]
     return [_Request(pool, tokens, options, seeds[i], i, cancel).start() for i in range(n)]
 
 
@@ -508,13 +508,14 @@ def generate(target: Target, prompt: Prompt | Prompts, *, n: int = 1,
         # In windows of the pool's slots: every request of a window runs at
         # once, and a long list never piles past the pool's waiting limit.
         width = _pool_of(target).slots
+        limits.check_seed(parsed.seed, len(prompts))  # prompt i uses seed + i: all must fit in 32 bits
         texts: list[str] = []
         for first in range(0, len(prompts), width):
             requests: list[_Request] = []
             try:
                 for index in range(first, min(first + width, len(prompts))):
                     seeded = parsed if parsed.seed is None else \
-                        dataclasses.replace(parsed, seed=(parsed.seed + index) & 0xFFFFFFFF)
+                        dataclasses.replace(parsed, seed=parsed.seed + index)
                     (request,) = _start(target, prompts[index], 1, cancel, parse_special, seeded)
                     requests.append(request)
             except BaseException:

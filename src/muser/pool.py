@@ -18,13 +18,12 @@ releases the GIL.
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from muser import _core
+from muser import _core, limits
 from muser.engine import Engine, Session
 from muser.errors import InternalError, Overloaded, Unhealthy
 from muser.keywords import checked_keywords
@@ -73,7 +72,8 @@ class Slot:
             Cancelled: the lease's cancel token was cancelled while queued.
             ValueError, ContextOverflow: as :meth:`Session.decode`; nothing changed.
         """
-        self._pool._core.decode(self.index, operator.index(token), self._cancel)
+        (token,) = limits.check_token_ids("token", (token,), self._pool.engine.n_vocab)
+        self._pool._core.decode(self.index, token, self._cancel)
 
     @property
     def logits(self) -> np.ndarray | None:
@@ -101,7 +101,8 @@ class Slot:
         Raises:
             ValueError: ``n_keep`` larger than ``n_past``. The slot is unchanged on any failure.
         """
-        n_past = self._pool._core.context_shift(self.index, operator.index(n_keep), self._cancel)
+        n_keep = limits.check_int("n_keep", n_keep, 0, self.n_past)
+        n_past = self._pool._core.context_shift(self.index, n_keep, self._cancel)
         log.info("slot %d: context shift (kept %d tokens at the start), now %d tokens", self.index, n_keep, n_past)
         return n_past
 
@@ -147,7 +148,8 @@ class SlotPool:
         max_waiting: callers that may queue for a slot; one more raises Overloaded.
         max_context: each slot's context limit (default ``min(4096, training context)``).
         batch_window_us: how long a decode step waits for other slots' steps to
-            join its group (only while more could still arrive; unused with one slot).
+            join its group (only while more could still arrive; unused with one slot);
+            0 to ``muser.limits.MAX_BATCH_WINDOW_US``.
 
     Raises:
         ValueError: an argument outside its range.
@@ -157,26 +159,21 @@ class SlotPool:
     def __init__(
         self,
         engine: Engine,
-        slots: int = 4,
-        max_waiting: int = 64,
+        slots: int = _core.MAX_SLOTS,
+        max_waiting: int = _core.DEFAULT_MAX_WAITING,
         *,
         max_context: int | None = None,
-        batch_window_us: float = 250.0,
+        batch_window_us: float = _core.DEFAULT_BATCH_WINDOW_US,
     ) -> None:
         if not isinstance(engine, Engine):
             raise TypeError(f"engine must be a muser.Engine, got {type(engine).__name__}")
-        slots, max_waiting = operator.index(slots), operator.index(max_waiting)
-        if not 1 <= slots <= 4:
-            raise ValueError(f"slots must be 1..4, got {slots}")
-        if max_waiting < 0:
-            raise ValueError(f"max_waiting must be >= 0, got {max_waiting}")
+        slots = limits.check_int("slots", slots, 1, _core.MAX_SLOTS)
+        max_waiting = limits.check_int("max_waiting", max_waiting, 0)
+        context_length = int(engine.config["context_length"])
         if max_context is None:
-            max_context = min(4096, int(engine.config["context_length"]))
-        max_context = operator.index(max_context)
-        if not 1 <= max_context <= int(engine.config["context_length"]):
-            raise ValueError(f"max_context must be 1..{engine.config['context_length']}, got {max_context}")
-        if batch_window_us < 0:
-            raise ValueError(f"batch_window_us must be >= 0, got {batch_window_us}")
+            max_context = min(_core.DEFAULT_MAX_CONTEXT, context_length)
+        max_context = limits.check_int("max_context", max_context, 1, context_length)
+        batch_window_us = limits.check_batch_window_us(batch_window_us)
         self.engine = engine
         self.max_context = max_context
         self._core = _core.SlotPool(engine._core, slots, max_waiting, max_context, float(batch_window_us))
@@ -197,13 +194,14 @@ class SlotPool:
 
         Raises:
             Overloaded: ``max_waiting`` callers are already queued.
-            TimeoutError: no slot freed up within ``timeout`` seconds.
+            TimeoutError: no slot freed up within ``timeout`` seconds (``None`` or
+                ``inf`` waits without limit; NaN or a negative value is a ValueError).
             Cancelled: ``cancel`` was cancelled while waiting.
             Unhealthy: the pool latched unhealthy; make a new one.
         """
-        tokens = [operator.index(t) for t in prompt]
+        tokens = limits.check_token_ids("prompt", prompt, self.engine.n_vocab)
         try:
-            index, reused = self._core.acquire(tokens, timeout, cancel)
+            index, reused = self._core.acquire(tokens, limits.check_timeout("timeout", timeout), cancel)
         except Overloaded:
             log.warning("slot pool overloaded: %d callers already waiting", self._core.stats()["admission"]
                         .get("waiting", -1))

@@ -27,8 +27,9 @@ def rewrite(
 ) -> Path:
     """Copy a GGUF file with some keys or tensors removed, changed or added.
 
-    replace_tensors: float32 arrays (numpy order); raw_tensors: (bytes as
-    uint8 rows, storage type) for quantized replacements.
+    replace_tensors: float32 arrays (numpy order), added when the file has no
+    tensor of that name; raw_tensors: (bytes as uint8 rows, storage type) for
+    quantized replacements.
     """
     reader = GGUFReader(src)
     set_keys = set_keys or {}
@@ -53,6 +54,10 @@ def rewrite(
             writer.add_tensor(tensor.name, data, raw_dtype=dtype)
         else:
             writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+    present = {tensor.name for tensor in reader.tensors}
+    for name, data in replace_tensors.items():
+        if name not in present:
+            writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -80,7 +85,7 @@ def test_the_unmodified_copy_loads(llama, tmp_path):
 def test_unsupported_architecture_lists_the_supported_ones(llama, tmp_path, backend):
     message = _load_error(rewrite(llama, tmp_path / "m.gguf", architecture="gpt2"), backend)
     assert "'gpt2'" in message
-    for name in ("llama", "qwen2", "qwen3", "gemma3"):
+    for name in ("llama", "mistral", "qwen2", "qwen3", "gemma3", "phi3", "olmo2"):
         assert name in message
 
 
@@ -148,3 +153,23 @@ def test_quantized_model_survives_the_rewrite(tiny_model, tmp_path):
     a.prefill([1, 2, 3])
     b.prefill([1, 2, 3])
     assert np.array_equal(a.logits, b.logits)
+
+
+def test_phi3_longrope_factors_are_refused(tiny_model, tmp_path):
+    phi3 = tiny_model("phi3", "F32", seed=1)
+    factors = {"rope_factors_long.weight": np.ones(8, dtype=np.float32)}
+    message = _load_error(rewrite(phi3, tmp_path / "m.gguf", replace_tensors=factors))
+    assert "rope_factors_long" in message
+
+
+def test_olmo2_sliding_window_is_refused(tiny_model, tmp_path):
+    olmo2 = tiny_model("olmo2", "F32", seed=1)
+    keys = {"olmo2.attention.sliding_window": (8, GGUFValueType.UINT32)}
+    message = _load_error(rewrite(olmo2, tmp_path / "m.gguf", set_keys=keys))
+    assert "olmo2.attention.sliding_window" in message
+
+
+def test_olmo2_without_an_output_matrix_is_refused(tiny_model, tmp_path):
+    olmo2 = tiny_model("olmo2", "F32", seed=1)
+    message = _load_error(rewrite(olmo2, tmp_path / "m.gguf", drop_tensors=("output.weight",)))
+    assert "output.weight" in message

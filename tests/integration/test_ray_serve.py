@@ -93,6 +93,20 @@ def test_a_replica_generates_what_a_local_engine_generates_for_the_same_seed(clu
     assert cluster.chat(chat, max_tokens=8, temperature=0) == muser.chat(local, chat, max_tokens=8, temperature=0)
 
 
+def test_openai_shaped_calls_on_a_replica_match_a_local_engine(cluster, smollm2_path):
+    local = muser.Engine(smollm2_path, threads=1)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    expected = muser.openai.create_chat_completion(local, messages, max_tokens=8, temperature=0)
+    reply = cluster.create_chat_completion(messages, max_tokens=8, temperature=0)
+    assert reply["choices"][0]["message"] == expected["choices"][0]["message"]
+    assert reply["usage"] == expected["usage"]
+    chunks = list(cluster.create_chat_completion(messages, stream=True, max_tokens=8, temperature=0))
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == \
+        expected["choices"][0]["message"]["content"]
+    text = muser.openai.create_completion(local, "Roses are", max_tokens=6, temperature=0)["choices"][0]["text"]
+    assert cluster.create_completion("Roses are", max_tokens=6, temperature=0)["choices"][0]["text"] == text
+
+
 def test_eight_concurrent_requests_all_complete(cluster):
     prompts = [f"Request {i}: the weather today is" for i in range(8)]
     with ThreadPoolExecutor(8) as pool:

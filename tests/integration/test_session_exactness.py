@@ -21,7 +21,7 @@ def _engine(path) -> muser.Engine:
     return muser.Engine(path, threads=2)
 
 
-@pytest.fixture(params=["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.fixture(params=["llama", "qwen2", "qwen3", "gemma3", "phi3", "olmo2"])
 def model_path(request, tiny_model):
     return tiny_model(request.param, "Q4_0", seed=3, context_length=1024)
 
@@ -160,3 +160,19 @@ def test_sessions_of_one_engine_do_not_interfere(model_path):
     alone.prefill(tokens_a)
     assert np.array_equal(a.logits, alone.logits)
 
+
+
+def test_a_shape_class_is_recorded_once_and_replayed(tiny_model):
+    engine = _engine(tiny_model("llama", "Q4_0", seed=3, context_length=1024))
+    session = engine.session()
+    session.prefill(_tokens(20))  # one 20-row graph with one output row
+    built = engine._core._graphs_built
+    for token in _tokens(30, seed=1):
+        session.decode(token)  # the one-row decode graph, recorded once
+    assert engine._core._graphs_built == built + 1
+    others = [engine.session() for _ in range(3)]
+    for other in others:
+        other.prefill(_tokens(20, seed=2))  # the same 20-row class again: replayed
+    assert engine._core._graphs_built == built + 1
+    engine.decode_group([session, *others], [1, 2, 3, 4])  # a 4-row group: one more class
+    assert engine._core._graphs_built == built + 2

@@ -1,7 +1,8 @@
 """muser agrees with llama.cpp itself on the tiny synthetic models, at every
-position: tests/fixtures/llama_cpp_tiny holds llama.cpp's logits for 24
+position: tests/fixtures/llama_cpp_tiny holds llama.cpp's logits for 30
 cases (every architecture and storage type, and gemma3's window, pattern,
-local RoPE base, RoPE scaling and soft-capping variants), recorded by
+local RoPE base, RoPE scaling and soft-capping variants, and phi3 and olmo2),
+recorded by
 tests/fixtures/make_llama_cpp_goldens.py.
 
 Bounds: float weights leave only float32 rounding and llama.cpp's float16

@@ -86,3 +86,31 @@ def test_the_health_check_fails_once_the_pool_latched_unhealthy(server):
     assert server.mark_unhealthy("operator drain") == server.replica_id
     with pytest.raises(muser.Unhealthy, match="latched unhealthy"):
         server.check_health()
+
+
+def test_openai_shaped_calls_match_muser_openai(server):
+    local = null_engine(step_seconds=0.0)
+    messages = [{"role": "user", "content": "hi"}]
+
+    async def run():
+        reply = await server.create_chat_completion(messages, max_tokens=5, temperature=0)
+        chunks = [c async for c in server.create_chat_completion_stream(messages, max_tokens=5, temperature=0)]
+        completion = await server.create_completion("hello", max_tokens=5, temperature=0)
+        pieces = [c async for c in server.create_completion_stream("hello", max_tokens=5, temperature=0)]
+        return reply, chunks, completion, pieces
+
+    reply, chunks, completion, pieces = asyncio.run(run())
+    expected = muser.openai.create_chat_completion(local, messages, max_tokens=5, temperature=0)
+    assert reply["object"] == "chat.completion"
+    assert reply["choices"][0]["message"] == expected["choices"][0]["message"]
+    assert reply["usage"] == expected["usage"]
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert streamed == expected["choices"][0]["message"]["content"]
+    text = muser.openai.create_completion(local, "hello", max_tokens=5, temperature=0)["choices"][0]["text"]
+    assert completion["choices"][0]["text"] == text
+    assert "".join(p["choices"][0]["text"] for p in pieces if p["choices"]) == text
+
+
+def test_a_stream_keyword_is_refused_with_where_to_stream_instead(server):
+    with pytest.raises(ValueError, match="create_chat_completion_stream through handle.options"):
+        asyncio.run(server.create_chat_completion([{"role": "user", "content": "hi"}], stream=True))

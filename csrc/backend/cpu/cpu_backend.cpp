@@ -2,400 +2,470 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/ops_activation.h"
 #include "backend/cpu/ops_attention.h"
 #include "backend/cpu/ops_norm.h"
-#include "backend/segment_checks.h"
+#include "backend/registry.h"
 #include "core/error.h"
-#include "model/kv_cache.h"
 #include "tensor/half_float.h"
+#include "tensor/reference_kernels.h"
 
-namespace muser {
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace muser::cpu {
 namespace {
 
-// Rows per task for the per-row ops; below this many rows they run inline
-// (waking the pool costs more than the work).
-constexpr size_t kRowsPerTask = 8;
-// Consecutive rows of a segment whose attention one task computes together.
-constexpr size_t kAttentionBlockRows = 4;
-// Query heads per KV head the attention blocks are sized for.
-constexpr size_t kMaxGroupHeads = 64;
-// Output projections up to this size are repacked (see the constructor).
-constexpr uint64_t kMaxPackedOutputBytes = uint64_t{64} << 20;
+const BackendRegistration registration(
+    "cpu", 10, [] { return std::string(); },
+    [](const BackendContext& context) -> std::unique_ptr<Backend> {
+      return std::make_unique<CpuBackend>(context.pool);
+    });
 
-// A norm weight or bias as float32 (ModelWeights checked its type and shape).
-std::vector<float> to_floats(const TensorInfo* t) {
-  std::vector<float> out;
-  if (t == nullptr) return out;
-  const size_t n = static_cast<size_t>(t->n_elements());
-  out.resize(n);
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// A 1-D weight as float32.
+std::vector<float> to_floats(const WeightDesc& w) {
+  const size_t n = static_cast<size_t>(w.ne[0]);
+  std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
-    switch (t->type) {
-      case DType::F32: std::memcpy(&out[i], t->data + 4 * i, 4); break;
+    switch (w.type) {
+      case DType::F32: std::memcpy(&out[i], w.data + 4 * i, 4); break;
       case DType::F16: {
         uint16_t h;
-        std::memcpy(&h, t->data + 2 * i, 2);
+        std::memcpy(&h, w.data + 2 * i, 2);
         out[i] = fp16_to_fp32(h);
         break;
       }
       case DType::BF16: {
         uint16_t h;
-        std::memcpy(&h, t->data + 2 * i, 2);
+        std::memcpy(&h, w.data + 2 * i, 2);
         out[i] = bf16_to_fp32(h);
         break;
       }
       default:
-        throw InternalError("[cpu backend] tensor '" + std::string(t->name) + "' is not a float vector");
+        throw ModelFormatError("[cpu backend] tensor '" + w.name + "' is not a float vector");
     }
   }
   return out;
 }
 
-void grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
+// Matrices up to this size are repacked at load (see load_weights).
+constexpr uint64_t kMaxPackedBytes = uint64_t{64} << 20;
 
 }  // namespace
 
-CpuBackend::CpuBackend(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool)
-    : model_(std::move(model)),
-      pool_(std::move(pool)),
-      f16_(cpu::f16_vec_ops()),
-      activations_(cpu::activation_ops()) {
-  if (!model_ || !pool_) throw InternalError("[cpu backend] needs a model and a thread pool");
-  const HParams& hp = model_->hparams;
-  const ModelWeights& w = model_->weights;
-  if (hp.n_head / hp.n_head_kv > kMaxGroupHeads) {
-    throw ModelFormatError("[cpu backend] " + std::to_string(hp.n_head / hp.n_head_kv) +
-                           " query heads per KV head: expected at most " + std::to_string(kMaxGroupHeads));
-  }
-  const std::vector<float> rope_divisors = to_floats(w.rope_freqs);
-  layer_vectors_.resize(hp.n_layer);
-  for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    const LayerWeights& lw = w.layers[il];
-    LayerVectors& lv = layer_vectors_[il];
-    lv.attn_norm = to_floats(lw.attn_norm);
-    lv.ffn_norm = to_floats(lw.ffn_norm);
-    lv.post_attn_norm = to_floats(lw.post_attn_norm);
-    lv.post_ffn_norm = to_floats(lw.post_ffn_norm);
-    lv.q_norm = to_floats(lw.attn_q_norm);
-    lv.k_norm = to_floats(lw.attn_k_norm);
-    lv.q_bias = to_floats(lw.attn_q_bias);
-    lv.k_bias = to_floats(lw.attn_k_bias);
-    lv.v_bias = to_floats(lw.attn_v_bias);
-    // Layers that rotate alike share one table of angles per forward.
-    const LayerAttention& la = hp.layers[il];
-    auto same = std::find_if(rope_.begin(), rope_.end(), [&](const cpu::RopeFrequencies& f) {
-      return f.same_as(la.rope_base, la.rope_freq_scale);
-    });
-    if (same == rope_.end()) {
-      rope_.emplace_back(la.rope_base, la.rope_freq_scale, hp.n_rot, rope_divisors);
-      same = rope_.end() - 1;
-    }
-    lv.rope_kind = static_cast<size_t>(same - rope_.begin());
-  }
-  output_norm_ = to_floats(w.output_norm);
-  // Interleaved copies of the matmul weights whose best kernels want them
-  // (packed_weights.h), made once here; the rest stay zero-copy views. The
-  // output projection only meets the few rows that need logits, so a large
-  // one streams from memory at the same speed in either layout: packing it
-  // would only cost load time and memory (gemma3's 262k-token vocabulary is
-  // 180 MB of Q8_0).
-  std::vector<const TensorInfo*> projections;
-  if (w.output->n_bytes <= kMaxPackedOutputBytes) projections.push_back(w.output);
-  for (const LayerWeights& lw : w.layers) {
-    projections.insert(projections.end(), {lw.attn_q, lw.attn_k, lw.attn_v, lw.attn_output,
-                                           lw.ffn_gate, lw.ffn_up, lw.ffn_down});
-  }
-  packed_ = cpu::PackedWeights(projections, cpu::kernel_set(cpu::best_isa()), *pool_,
-                               cpu::SourcePages::ReleaseMapped);
+CpuBackend::CpuBackend(std::shared_ptr<ThreadPool> pool)
+    : pool_(std::move(pool)), f16_(f16_vec_ops()), activations_(activation_ops()) {
+  if (!pool_) throw InternalError("[cpu backend] needs a thread pool");
+  scores_.resize(static_cast<size_t>(pool_->size()));
 }
 
 CpuBackend::~CpuBackend() = default;
 
-std::unique_ptr<KvState> CpuBackend::new_kv_state(size_t max_context) const {
-  return std::make_unique<KvCache>(model_->hparams, max_context);
+void CpuBackend::load_weights(const WeightTable& weights) {
+  weights_.matrices.assign(weights.size(), TensorInfo{});
+  weights_.vectors.assign(weights.size(), {});
+  for (uint32_t i = 0; i < weights.size(); ++i) {
+    const WeightDesc& w = weights[i];
+    TensorInfo& t = weights_.matrices[i];
+    t.name = w.name;
+    t.type = w.type;
+    t.n_dims = w.n_dims;
+    t.ne = {w.ne[0], w.ne[1], 1, 1};
+    t.n_bytes = w.n_bytes;
+    t.data = w.data;
+    if (w.n_dims == 1) weights_.vectors[i] = to_floats(w);
+  }
+  // Interleaved copies of the matrices whose best kernels want them
+  // (packed_weights.h), made once here; the rest stay zero-copy views. A
+  // matrix over kMaxPackedBytes is left as it is: only a vocabulary table is
+  // that large, and it meets just the few rows that need logits (or an
+  // embedding lookup), streaming from memory at the same speed in either
+  // layout, so packing it would only cost load time and memory (gemma3's
+  // 262k-token table is 180 MB of Q8_0).
+  std::vector<const TensorInfo*> matrices;
+  for (const TensorInfo& t : weights_.matrices) {
+    if (t.n_dims == 2 && t.data != nullptr && t.n_bytes <= kMaxPackedBytes) matrices.push_back(&t);
+  }
+  weights_.packed = PackedWeights(matrices, kernel_set(best_isa()), *pool_, SourcePages::ReleaseMapped);
 }
 
-template <typename Fn>
-void CpuBackend::for_row_chunks(size_t n_rows, const Fn& fn) {
-  if (n_rows <= kRowsPerTask || pool_->size() == 1) {
-    fn(size_t{0}, n_rows);
-    return;
-  }
-  const size_t n_tasks = (n_rows + kRowsPerTask - 1) / kRowsPerTask;
-  pool_->parallel_for(n_tasks, [&](size_t task, int) {
-    const size_t first = task * kRowsPerTask;
-    fn(first, std::min(n_rows, first + kRowsPerTask));
-  });
+std::unique_ptr<KvStorage> CpuBackend::new_kv_storage(const KvLayout& layout) const {
+  return std::make_unique<CpuKvStorage>(layout);
 }
 
-void CpuBackend::forward(const std::vector<ForwardSegment>& segments) {
-  const HParams& hp = model_->hparams;
-  check_segments(segments, hp.n_vocab, "cpu backend");
-  std::vector<KvCache*> caches(segments.size());
-  for (size_t s = 0; s < segments.size(); ++s) {
-    caches[s] = dynamic_cast<KvCache*>(segments[s].kv);
-    if (caches[s] == nullptr) throw InternalError("[cpu backend] forward: KV state of another backend");
+const Plan& CpuBackend::plan_for(const StepGraph& graph) {
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    if ((*it)->graph_id == graph.id) {
+      plans_.splice(plans_.begin(), plans_, it);
+      return *plans_.front();
+    }
   }
-  const size_t n_rows = total_rows(segments);
+  auto plan = std::make_unique<Plan>(
+      build_plan(graph, weights_, kernel_set(best_isa()), static_cast<size_t>(pool_->size())));
+  plans_.push_front(std::move(plan));
+  if (plans_.size() > kPlanCacheSize) plans_.pop_back();
+  return *plans_.front();
+}
 
-  // Everything that allocates happens before the first KV write.
-  rows_.clear();
-  tokens_.clear();
+float* CpuBackend::f32(TensorId t) const { return const_cast<float*>(arena_.data()) + plan_->tensor_offset[t]; }
+
+const int32_t* CpuBackend::ints(TensorId t, const StepGraph& graph, const StepInputs& inputs) const {
+  switch (graph.tensor(t).role) {
+    case InputRole::Tokens: return inputs.tokens.data();
+    case InputRole::Positions: return inputs.positions.data();
+    case InputRole::OutputRows: return inputs.output_rows.data();
+  }
+  return nullptr;
+}
+
+void CpuBackend::prepare_step(const Plan& plan, const StepGraph& graph, const StepInputs& inputs) {
+  // Everything that allocates happens here, before any task runs.
+  plan_ = &plan;
+  if (arena_.size() < plan.arena_floats) arena_.resize(plan.arena_floats);
+  if (act_bytes_.size() < plan.act_bytes + 64) act_bytes_.resize(plan.act_bytes + 64);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(act_bytes_.data());
+  act_base_ = act_bytes_.data() + ((64 - base % 64) % 64);
+
+  slot_storage_.assign(inputs.slots.size(), nullptr);
+  for (size_t s = 0; s < inputs.slots.size(); ++s) {
+    slot_storage_[s] = dynamic_cast<CpuKvStorage*>(&inputs.slots[s]->storage());
+    if (slot_storage_[s] == nullptr) throw InternalError("[cpu backend] execute: KV state of another backend");
+  }
+  // Attention blocks: consecutive rows of one sequence, kAttentionBlockRows at most.
+  blocks_.clear();
   size_t longest_span = 1;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    const ForwardSegment& seg = segments[s];
-    for (size_t i = 0; i < seg.n_tokens; ++i) {
-      rows_.push_back(Row{s, seg.start + i});
-      tokens_.push_back(seg.tokens[i]);
+  const size_t n_rows = inputs.tokens.size();
+  for (size_t r = 0; r < n_rows;) {
+    const size_t slot = inputs.row_slot[r];
+    size_t end = r;
+    while (end < n_rows && inputs.row_slot[end] == slot) ++end;
+    for (size_t i = r; i < end; i += kAttentionBlockRows) {
+      blocks_.push_back(AttentionBlock{slot, i, std::min(kAttentionBlockRows, end - i)});
     }
-    longest_span = std::max(longest_span, seg.start + seg.n_tokens);
+    longest_span = std::max(longest_span, static_cast<size_t>(inputs.positions[end - 1]) + 1);
+    r = end;
   }
-  grow(ws_.x, n_rows * hp.n_embd);
-  grow(ws_.xn, n_rows * hp.n_embd);
-  grow(ws_.proj, n_rows * hp.n_embd);
-  grow(ws_.q, n_rows * hp.q_width());
-  grow(ws_.k, n_rows * hp.k_width());
-  grow(ws_.v, n_rows * hp.v_width());
-  grow(ws_.attn, n_rows * hp.attn_out_width());
-  grow(ws_.gate, n_rows * hp.n_ff);
-  grow(ws_.up, n_rows * hp.n_ff);
-  grow(ws_.rope_cos, rope_.size() * n_rows * (hp.n_rot / 2));
-  grow(ws_.rope_sin, rope_.size() * n_rows * (hp.n_rot / 2));
-  attention_blocks_.clear();
-  size_t first_row = 0;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    for (size_t i = 0; i < segments[s].n_tokens; i += kAttentionBlockRows) {
-      const size_t n = std::min(kAttentionBlockRows, segments[s].n_tokens - i);
-      attention_blocks_.push_back(AttentionBlock{s, first_row + i, n});
+
+  const size_t threads = static_cast<size_t>(pool_->size());
+  stage_tasks_.assign(plan.stages.size(), 0);
+  heads_per_task_.assign(plan.stages.size(), 1);
+  size_t head_dim_k = 0, head_dim_v = 0;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const Stage& stage = plan.stages[s];
+    if (stage.kind != StageKind::Attention) {
+      stage_tasks_[s] = stage.n_tasks;
+      continue;
     }
-    first_row += segments[s].n_tokens;
+    const Op& op = graph.ops[stage.ops[0]];
+    const size_t group = op.p.n_head / op.p.n_head_kv;
+    // Whole GQA groups per task when there are enough tasks to go round.
+    heads_per_task_[s] = blocks_.size() * op.p.n_head_kv >= 2 * threads ? group : 1;
+    stage_tasks_[s] = blocks_.size() * (op.p.n_head / heads_per_task_[s]);
+    head_dim_k = std::max(head_dim_k, op.p.head_dim_k);
+    head_dim_v = std::max(head_dim_v, op.p.head_dim_v);
   }
-  const size_t group = hp.n_head / hp.n_head_kv;
-  ws_.scores.resize(static_cast<size_t>(pool_->size()));
   const size_t scratch =
-      cpu::attention_scratch_floats(kAttentionBlockRows * group, longest_span, hp.head_dim_k, hp.head_dim_v);
-  for (auto& per_thread : ws_.scores) grow(per_thread, scratch);
-  for (size_t s = 0; s < segments.size(); ++s) {
-    if (!segments[s].replay) caches[s]->begin_write(segments[s].start, segments[s].n_tokens);
+      attention_scratch_floats(kAttentionBlockRows * plan.max_group_heads, longest_span, head_dim_k, head_dim_v);
+  for (auto& per_thread : scores_) {
+    if (per_thread.size() < scratch) per_thread.resize(scratch);
   }
-
-  // Embedding lookup (and gemma's scale), then the RoPE angles of each row.
-  cpu::dequantize_rows(*model_->weights.token_embd, tokens_.data(), n_rows, ws_.x.data());
-  const size_t n_pairs = hp.n_rot / 2;
-  for_row_chunks(n_rows, [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) {
-      if (hp.embd_scale != 1.0f) {
-        float* x = ws_.x.data() + r * hp.n_embd;
-        for (size_t i = 0; i < hp.n_embd; ++i) x[i] *= hp.embd_scale;
-      }
-      for (size_t kind = 0; kind < rope_.size(); ++kind) {
-        const size_t at = (kind * n_rows + r) * n_pairs;
-        rope_[kind].angles(rows_[r].position, ws_.rope_cos.data() + at, ws_.rope_sin.data() + at);
-      }
-    }
-  });
-
-  const int64_t fail_after_layer = faults.start_forward();
-  for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    run_layer(il, segments, caches, n_rows);
-    if (static_cast<int64_t>(il) == fail_after_layer) {
-      throw InternalError("[cpu backend] injected fault after layer " + std::to_string(il) + " (test hook)");
-    }
+  if (n_counters_ < plan.stages.size()) {
+    counters_.reset(new StageCounter[plan.stages.size()]);
+    n_counters_ = plan.stages.size();
   }
-  copy_hidden(segments);
-  compute_logits(segments);
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    counters_[s].claim.store(0, std::memory_order_relaxed);
+    counters_[s].done.store(0, std::memory_order_relaxed);
+  }
+  failed_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+}
 
-  for (size_t s = 0; s < segments.size(); ++s) {
-    if (!segments[s].replay) caches[s]->end_write(segments[s].start, segments[s].n_tokens);
+void CpuBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
+  const Plan& plan = plan_for(graph);
+  prepare_step(plan, graph, inputs);
+  // One parallel region: each pool thread joins once and walks every stage.
+  // A thread that arrives late finds the stages done and leaves at once.
+  const size_t n_threads = static_cast<size_t>(pool_->size());
+  pool_->parallel_for(n_threads, [&](size_t, int thread) { run_region(plan, graph, inputs, thread); });
+  if (error_) std::rethrow_exception(error_);
+  const TensorDesc& logits = graph.tensor(graph.logits);
+  const float* rows = f32(graph.logits);
+  for (size_t i = 0; i < inputs.outputs.size(); ++i) {
+    std::memcpy(inputs.outputs[i], rows + i * logits.cols, logits.cols * sizeof(float));
+  }
+  if (graph.hidden != kNoTensor) {
+    const size_t n_embd = graph.tensor(graph.hidden).cols;
+    const float* hidden = f32(graph.hidden);
+    for (size_t r = 0; r < inputs.hidden.size(); ++r) {
+      if (inputs.hidden[r] != nullptr) std::memcpy(inputs.hidden[r], hidden + r * n_embd, n_embd * sizeof(float));
+    }
   }
 }
 
-void CpuBackend::run_layer(uint32_t il, const std::vector<ForwardSegment>& segments,
-                           const std::vector<KvCache*>& caches, size_t n_rows) {
-  const HParams& hp = model_->hparams;
-  const LayerWeights& lw = model_->weights.layers[il];
-  const LayerVectors& lv = layer_vectors_[il];
-  const LayerAttention& la = hp.layers[il];
-  ThreadPool& pool = *pool_;
-  const size_t n_embd = hp.n_embd;
-  const size_t q_width = hp.q_width(), k_width = hp.k_width(), v_width = hp.v_width();
-  const size_t attn_width = hp.attn_out_width();
-  const size_t n_pairs = hp.n_rot / 2;
-
-  // --- attention block
-  for_row_chunks(n_rows, [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) {
-      cpu::rms_norm(ws_.x.data() + r * n_embd, lv.attn_norm.data(), n_embd, hp.rms_eps,
-                    ws_.xn.data() + r * n_embd);
+void CpuBackend::run_region(const Plan& plan, const StepGraph& graph, const StepInputs& inputs, int thread) {
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    if (s > 0) {
+      // Wait until every task of the previous stage is done (tasks of stage
+      // s-1 started only once s-2 was done, so all earlier stages are too).
+      const StageCounter& prev = counters_[s - 1];
+      const size_t total = stage_tasks_[s - 1];
+      for (unsigned spins = 0; prev.done.load(std::memory_order_acquire) < total; ++spins) {
+        if (spins < 4096) {
+          cpu_relax();
+        } else {
+          std::this_thread::yield();  // the holder of a task may be descheduled
+        }
+      }
     }
-  });
-  cpu::matmul(*lw.attn_q, packed_, ws_.xn.data(), n_rows, ws_.q.data(), pool);
-  cpu::matmul(*lw.attn_k, packed_, ws_.xn.data(), n_rows, ws_.k.data(), pool);
-  cpu::matmul(*lw.attn_v, packed_, ws_.xn.data(), n_rows, ws_.v.data(), pool);
+    StageCounter& c = counters_[s];
+    const size_t total = stage_tasks_[s];
+    for (;;) {
+      const size_t task = c.claim.fetch_add(1, std::memory_order_acq_rel);
+      if (task >= total) break;
+      if (!failed_.load(std::memory_order_relaxed)) {
+        try {
+          run_task(plan, plan.stages[s], task, graph, inputs, thread);
+        } catch (...) {
+          // Only the first failure is kept; the remaining tasks are skipped
+          // but still counted so that nobody waits forever.
+          bool expected = false;
+          if (failed_.compare_exchange_strong(expected, true)) error_ = std::current_exception();
+        }
+      }
+      c.done.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+}
 
-  for_row_chunks(n_rows, [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) {
-      float* q = ws_.q.data() + r * q_width;
-      float* k = ws_.k.data() + r * k_width;
-      float* v = ws_.v.data() + r * v_width;
-      if (hp.qkv_bias) {
-        cpu::add_to(q, lv.q_bias.data(), q_width);
-        cpu::add_to(k, lv.k_bias.data(), k_width);
-        cpu::add_to(v, lv.v_bias.data(), v_width);
-      }
-      if (hp.qk_norm) {
-        for (size_t h = 0; h < hp.n_head; ++h) {
-          float* head = q + h * hp.head_dim_k;
-          cpu::rms_norm(head, lv.q_norm.data(), hp.head_dim_k, hp.rms_eps, head);
-        }
-        for (size_t h = 0; h < hp.n_head_kv; ++h) {
-          float* head = k + h * hp.head_dim_k;
-          cpu::rms_norm(head, lv.k_norm.data(), hp.head_dim_k, hp.rms_eps, head);
+void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, const StepGraph& graph,
+                          const StepInputs& inputs, int thread) {
+  switch (stage.kind) {
+    case StageKind::RopeAngles: {
+      const size_t first = task * kRowsPerTask;
+      const size_t last = std::min(stage.rows, first + kRowsPerTask);
+      for (const RopeTable& table : plan.ropes) {
+        const size_t n_pairs = table.freqs.n_pairs();
+        float* cos = arena_.data() + table.offset;
+        float* sin = cos + (stage.rows * n_pairs + 15) / 16 * 16;
+        for (size_t r = first; r < last; ++r) {
+          table.freqs.angles(static_cast<size_t>(inputs.positions[r]), cos + r * n_pairs, sin + r * n_pairs);
         }
       }
-      const size_t at = (lv.rope_kind * n_rows + r) * n_pairs;
-      const float* cos = ws_.rope_cos.data() + at;
-      const float* sin = ws_.rope_sin.data() + at;
-      cpu::rope_heads(q, hp.n_head, hp.head_dim_k, hp.n_rot, hp.rope_style, cos, sin);
-      cpu::rope_heads(k, hp.n_head_kv, hp.head_dim_k, hp.n_rot, hp.rope_style, cos, sin);
+      return;
+    }
+    case StageKind::Chain: {
+      const size_t first = task * kRowsPerTask;
+      const size_t last = std::min(stage.rows, first + kRowsPerTask);
+      for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last);
+      for (const QuantizeEntry& q : stage.quantize) q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
+      (void)plan;
+      return;
+    }
+    case StageKind::Quantize: {
+      size_t t = task;
+      for (const QuantizeEntry& q : stage.quantize) {
+        const size_t n = quantize_tasks(q.rows);
+        if (t < n) {
+          const size_t first = t * kQuantizeRowsPerTask;
+          q.job.quantize_rows(f32(q.x), first, std::min(q.rows, first + kQuantizeRowsPerTask), act_base_ + q.act_offset);
+          return;
+        }
+        t -= n;
+      }
+      return;
+    }
+    case StageKind::Tiles: {
+      // The tile entry whose task range holds `task` (a handful of entries).
+      size_t e = stage.tiles.size() - 1;
+      while (stage.tiles[e].first_task > task) --e;
+      const TileEntry& tile = stage.tiles[e];
+      tile.job.run_chunk(task - tile.first_task, act_base_ + tile.act_offset, tile.rows, f32(graph.ops[tile.op].dst));
+      return;
+    }
+    case StageKind::Attention:
+      run_attention_task(graph.ops[stage.ops[0]], task, static_cast<size_t>(&stage - plan.stages.data()), inputs,
+                         thread);
+      return;
+  }
+}
+
+void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInputs& inputs, size_t first,
+                            size_t last) {
+  switch (op.kind) {
+    case OpKind::GetRows: {
+      const TensorDesc& table = graph.tensor(op.src[0]);
+      const int32_t* ids = ints(op.src[1], graph, inputs);
+      float* dst = f32(op.dst);
+      const size_t cols = table.cols;
+      if (table.kind == TensorKind::Weight) {
+        const TensorInfo& w = weights_.matrices[table.weight];
+        const size_t row_bytes_w = static_cast<size_t>(row_bytes(w.type, w.ne[0]));
+        for (size_t r = first; r < last; ++r) {
+          ref::dequantize_row(w.type, w.data + static_cast<size_t>(ids[r]) * row_bytes_w, dst + r * cols, cols);
+        }
+      } else {
+        const float* src = f32(op.src[0]);
+        for (size_t r = first; r < last; ++r) {
+          std::memcpy(dst + r * cols, src + static_cast<size_t>(ids[r]) * cols, cols * sizeof(float));
+        }
+      }
+      return;
+    }
+    case OpKind::RmsNorm: {
+      const size_t cols = graph.tensor(op.dst).cols;
+      const size_t group = op.p.group;
+      const float* x = f32(op.src[0]);
+      float* dst = f32(op.dst);
+      const float* w = weights_.vectors[graph.tensor(op.src[1]).weight].data();
+      for (size_t r = first; r < last; ++r) {
+        for (size_t g = 0; g < cols; g += group) rms_norm(x + r * cols + g, w, group, op.p.eps, dst + r * cols + g);
+      }
+      return;
+    }
+    case OpKind::Add: {
+      const size_t cols = graph.tensor(op.dst).cols;
+      const TensorDesc& b = graph.tensor(op.src[1]);
+      const float* a = f32(op.src[0]);
+      float* dst = f32(op.dst);
+      for (size_t r = first; r < last; ++r) {
+        const float* br = b.kind == TensorKind::Weight ? weights_.vectors[b.weight].data() : f32(op.src[1]) + r * cols;
+        if (dst != a) std::memcpy(dst + r * cols, a + r * cols, cols * sizeof(float));
+        add_to(dst + r * cols, br, cols);
+      }
+      return;
+    }
+    case OpKind::Scale: {
+      const size_t cols = graph.tensor(op.dst).cols;
+      const float* x = f32(op.src[0]);
+      float* dst = f32(op.dst);
+      const float factor = op.p.scalar;
+      for (size_t r = first; r < last; ++r) {
+        for (size_t i = 0; i < cols; ++i) dst[r * cols + i] = x[r * cols + i] * factor;
+      }
+      return;
+    }
+    case OpKind::Rope: {
+      const size_t cols = graph.tensor(op.dst).cols;
+      const float* x = f32(op.src[0]);
+      float* dst = f32(op.dst);
+      const RopeTable& table = plan_->ropes[plan_->op_rope[&op - graph.ops.data()]];
+      const size_t n_pairs = table.freqs.n_pairs();
+      const float* cos = arena_.data() + table.offset;
+      const float* sin = cos + (graph.shape.n_rows * n_pairs + 15) / 16 * 16;
+      for (size_t r = first; r < last; ++r) {
+        if (dst != x) std::memcpy(dst + r * cols, x + r * cols, cols * sizeof(float));
+        rope_heads(dst + r * cols, op.p.n_head, op.p.head_dim_k, op.p.n_rot, op.p.rope_style, cos + r * n_pairs,
+                   sin + r * n_pairs);
+      }
+      return;
+    }
+    case OpKind::Glu: {
+      const size_t cols = graph.tensor(op.dst).cols;
+      const float* gate = f32(op.src[0]);
+      const float* up = f32(op.src[1]);
+      float* dst = f32(op.dst);
+      const auto fn = op.p.glu == GluKind::Silu ? activations_.swiglu : activations_.geglu;
+      for (size_t r = first; r < last; ++r) {
+        if (dst != gate) std::memcpy(dst + r * cols, gate + r * cols, cols * sizeof(float));
+        fn(dst + r * cols, up + r * cols, cols);
+      }
+      return;
+    }
+    case OpKind::Softcap: {
+      const size_t cols = graph.tensor(op.dst).cols;
+      const float* x = f32(op.src[0]);
+      float* dst = f32(op.dst);
+      for (size_t r = first; r < last; ++r) {
+        if (dst != x) std::memcpy(dst + r * cols, x + r * cols, cols * sizeof(float));
+        softcap(dst + r * cols, cols, op.p.scalar);
+      }
+      return;
+    }
+    case OpKind::SliceCols: {
+      const size_t cols = graph.tensor(op.dst).cols;
+      const size_t src_cols = graph.tensor(op.src[0]).cols;
+      const float* x = f32(op.src[0]);
+      float* dst = f32(op.dst);
+      for (size_t r = first; r < last; ++r) {
+        std::memcpy(dst + r * cols, x + r * src_cols + op.p.offset, cols * sizeof(float));
+      }
+      return;
+    }
+    case OpKind::KvStore: {
       // The row's keys and values go through the f16 cache before anyone
       // reads them, so a row attends to exactly the bits a later decode will.
-      const Row& row = rows_[r];
-      if (!segments[row.segment].replay) {
-        KvCache& cache = *caches[row.segment];
-        f16_.to_f16(k, cache.k_row(il, row.position), k_width);
-        f16_.to_f16(v, cache.v_row(il, row.position), v_width);
+      const size_t k_cols = graph.tensor(op.src[0]).cols;
+      const size_t v_cols = graph.tensor(op.src[1]).cols;
+      const float* k = f32(op.src[0]);
+      const float* v = f32(op.src[1]);
+      const uint32_t il = op.p.layer;
+      for (size_t r = first; r < last; ++r) {
+        const size_t slot = inputs.row_slot[r];
+        if (!inputs.slot_writes[slot]) continue;
+        const size_t row = inputs.slots[slot]->plane_row(il, static_cast<size_t>(inputs.positions[r]));
+        f16_.to_f16(k + r * k_cols, slot_storage_[slot]->k_row(il, row), k_cols);
+        f16_.to_f16(v + r * v_cols, slot_storage_[slot]->v_row(il, row), v_cols);
       }
+      return;
     }
-  });
+    case OpKind::MatMul:
+    case OpKind::Attention:
+      break;
+  }
+  throw InternalError(std::string("[cpu backend] ") + op_name(op.kind) + " is not a per-row op");
+}
 
-  // Attention tasks: a block of up to kAttentionBlockRows consecutive rows of
-  // one segment times some query heads of one KV group. Each task converts a
+void CpuBackend::run_attention_task(const Op& op, size_t task, size_t stage_index, const StepInputs& inputs,
+                                    int thread) {
+  // A task: a block of up to kAttentionBlockRows consecutive rows of one
+  // sequence times some query heads of one KV group. Each task converts a
   // key/value row once for all its queries; how tasks are cut changes no bits.
-  const size_t group = hp.n_head / hp.n_head_kv;
-  const size_t window = la.sliding ? hp.sliding_window : 0;
-  const size_t n_blocks = attention_blocks_.size();
-  const size_t heads_per_task =
-      n_blocks * hp.n_head_kv >= 2 * static_cast<size_t>(pool.size()) ? group : 1;
-  const size_t tasks_per_block = hp.n_head / heads_per_task;
-  cpu::AttentionKv kv_head;
-  kv_head.layer = il;
-  kv_head.head_dim_k = hp.head_dim_k;
-  kv_head.head_dim_v = hp.head_dim_v;
-  kv_head.scale = hp.attn_scale;
-  auto attention_task = [&](size_t task, int thread) {
-    const AttentionBlock& block = attention_blocks_[task / tasks_per_block];
-    const size_t first_head = (task % tasks_per_block) * heads_per_task;
-    cpu::AttentionKv head = kv_head;
-    head.k_offset = (first_head / group) * hp.head_dim_k;
-    head.v_offset = (first_head / group) * hp.head_dim_v;
-    cpu::AttentionQuery queries[kAttentionBlockRows * kMaxGroupHeads];
-    size_t n_queries = 0;
-    for (size_t r = block.first_row; r < block.first_row + block.n_rows; ++r) {
-      const size_t position = rows_[r].position;
-      const size_t first = window > 0 && position + 1 > window ? position + 1 - window : 0;
-      for (size_t h = first_head; h < first_head + heads_per_task; ++h) {
-        cpu::AttentionQuery& query = queries[n_queries++];
-        query.q = ws_.q.data() + r * q_width + h * hp.head_dim_k;
-        query.out = ws_.attn.data() + r * attn_width + h * hp.head_dim_v;
-        query.first = first;
-        query.last = position;
-      }
+  const OpParams& p = op.p;
+  const size_t heads_per_task = heads_per_task_[stage_index];
+  const size_t tasks_per_block = p.n_head / heads_per_task;
+  const size_t group = p.n_head / p.n_head_kv;
+  const size_t q_width = p.n_head * p.head_dim_k;
+  const size_t attn_width = p.n_head * p.head_dim_v;
+  const AttentionBlock& block = blocks_[task / tasks_per_block];
+  const size_t first_head = (task % tasks_per_block) * heads_per_task;
+  AttentionKv head;
+  head.head_dim_k = p.head_dim_k;
+  head.head_dim_v = p.head_dim_v;
+  head.scale = p.scalar;
+  head.k_offset = (first_head / group) * p.head_dim_k;
+  head.v_offset = (first_head / group) * p.head_dim_v;
+  const KvState& state = *inputs.slots[block.slot];
+  KvPlanes planes;
+  planes.storage = slot_storage_[block.slot];
+  planes.layer = p.layer;
+  planes.ring_rows = state.layout().layers[p.layer].window != 0 ? state.ring_rows() : 0;
+  const float* q = f32(op.src[0]);
+  float* out = f32(op.dst);
+  AttentionQuery queries[kAttentionBlockRows * kMaxGroupHeads];
+  size_t n_queries = 0;
+  for (size_t r = block.first_row; r < block.first_row + block.n_rows; ++r) {
+    const size_t position = static_cast<size_t>(inputs.positions[r]);
+    const size_t first = p.window > 0 && position + 1 > p.window ? position + 1 - p.window : 0;
+    for (size_t h = first_head; h < first_head + heads_per_task; ++h) {
+      AttentionQuery& query = queries[n_queries++];
+      query.q = q + r * q_width + h * p.head_dim_k;
+      query.out = out + r * attn_width + h * p.head_dim_v;
+      query.first = first;
+      query.last = position;
     }
-    cpu::attend_block(*caches[block.segment], head, queries, n_queries, f16_,
-                      ws_.scores[static_cast<size_t>(thread)].data());
-  };
-  const size_t n_tasks = n_blocks * tasks_per_block;
-  if (n_tasks == 1 || pool.size() == 1) {
-    for (size_t task = 0; task < n_tasks; ++task) attention_task(task, 0);
-  } else {
-    pool.parallel_for(n_tasks, attention_task);
   }
-
-  cpu::matmul(*lw.attn_output, packed_, ws_.attn.data(), n_rows, ws_.proj.data(), pool);
-  for_row_chunks(n_rows, [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) {
-      float* proj = ws_.proj.data() + r * n_embd;
-      float* x = ws_.x.data() + r * n_embd;
-      if (hp.post_norms) cpu::rms_norm(proj, lv.post_attn_norm.data(), n_embd, hp.rms_eps, proj);
-      cpu::add_to(x, proj, n_embd);
-      cpu::rms_norm(x, lv.ffn_norm.data(), n_embd, hp.rms_eps, ws_.xn.data() + r * n_embd);
-    }
-  });
-
-  // --- feed-forward block
-  cpu::matmul(*lw.ffn_gate, packed_, ws_.xn.data(), n_rows, ws_.gate.data(), pool);
-  cpu::matmul(*lw.ffn_up, packed_, ws_.xn.data(), n_rows, ws_.up.data(), pool);
-  for_row_chunks(n_rows, [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) {
-      float* gate = ws_.gate.data() + r * hp.n_ff;
-      const float* up = ws_.up.data() + r * hp.n_ff;
-      if (hp.ffn_activation == FfnActivation::Silu) {
-        activations_.swiglu(gate, up, hp.n_ff);
-      } else {
-        activations_.geglu(gate, up, hp.n_ff);
-      }
-    }
-  });
-  cpu::matmul(*lw.ffn_down, packed_, ws_.gate.data(), n_rows, ws_.proj.data(), pool);
-  for_row_chunks(n_rows, [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) {
-      float* proj = ws_.proj.data() + r * n_embd;
-      if (hp.post_norms) cpu::rms_norm(proj, lv.post_ffn_norm.data(), n_embd, hp.rms_eps, proj);
-      cpu::add_to(ws_.x.data() + r * n_embd, proj, n_embd);
-    }
-  });
+  attend_block(planes, head, queries, n_queries, f16_, scores_[static_cast<size_t>(thread)].data());
 }
 
-void CpuBackend::copy_hidden(const std::vector<ForwardSegment>& segments) {
-  const HParams& hp = model_->hparams;
-  size_t first_row = 0;
-  for (const ForwardSegment& seg : segments) {
-    if (seg.hidden != nullptr) {
-      // The same rms_norm call compute_logits makes for the last row, so a
-      // segment's last hidden vector is exactly what its logits came from.
-      for_row_chunks(seg.n_tokens, [&](size_t first, size_t last) {
-        for (size_t i = first; i < last; ++i) {
-          cpu::rms_norm(ws_.x.data() + (first_row + i) * hp.n_embd, output_norm_.data(), hp.n_embd, hp.rms_eps,
-                        seg.hidden + i * hp.n_embd);
-        }
-      });
-    }
-    first_row += seg.n_tokens;
-  }
-}
-
-void CpuBackend::compute_logits(const std::vector<ForwardSegment>& segments) {
-  const HParams& hp = model_->hparams;
-  // Only the last row of a segment that asked for logits goes through the
-  // output matrix (the largest one, for big vocabularies).
-  std::vector<size_t> wanted;  // segment indices
-  size_t row_end = 0;
-  std::vector<size_t> last_row;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    row_end += segments[s].n_tokens;
-    if (segments[s].logits != nullptr) {
-      wanted.push_back(s);
-      last_row.push_back(row_end - 1);
-    }
-  }
-  if (wanted.empty()) return;
-  const size_t n_out = wanted.size();
-  grow(ws_.logits, n_out * hp.n_vocab);
-  for (size_t i = 0; i < n_out; ++i) {
-    cpu::rms_norm(ws_.x.data() + last_row[i] * hp.n_embd, output_norm_.data(), hp.n_embd, hp.rms_eps,
-                  ws_.xn.data() + i * hp.n_embd);
-  }
-  cpu::matmul(*model_->weights.output, packed_, ws_.xn.data(), n_out, ws_.logits.data(), *pool_);
-  for (size_t i = 0; i < n_out; ++i) {
-    float* logits = ws_.logits.data() + i * hp.n_vocab;
-    if (hp.final_logit_softcap > 0.0f) cpu::softcap(logits, hp.n_vocab, hp.final_logit_softcap);
-    std::memcpy(segments[wanted[i]].logits, logits, hp.n_vocab * sizeof(float));
-  }
-}
-
-}  // namespace muser
+}  // namespace muser::cpu

@@ -1,6 +1,12 @@
-// The CPU backend: the transformer forward pass of every supported
-// architecture (llama, qwen2, qwen3, gemma3), on cpu::matmul for the weights
-// and the f32 ops in ops_*.h for the rest, threaded with the engine's pool.
+// The CPU backend: runs step graphs on cpu::matmul for the weights and the
+// f32 ops in ops_*.h for the rest, with the engine's thread pool.
+//
+// Execution: each graph is compiled once (by graph id) into a plan of
+// stages (cpu_plan.h). A step enters ONE parallel region: every pool thread
+// walks the same list of stages, claims tasks of the current stage from a
+// shared counter, and moves on once that stage's tasks are all done (a
+// light barrier on a completion count, so a thread the OS has not scheduled
+// holds nobody up). No pool dispatch or wake-up happens per op.
 //
 // Batch invariance: the matmuls compute each row independently; every other
 // op is per row (norms, RoPE, activations) or per (row, head) (attention
@@ -8,78 +14,73 @@
 // and output columns, never a reduction.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <list>
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_plan.h"
 #include "backend/cpu/ops_activation.h"
-#include "backend/cpu/packed_weights.h"
-#include "backend/cpu/ops_rope.h"
 #include "backend/cpu/vec_f16.h"
 #include "core/thread_pool.h"
-#include "model/model.h"
 
-namespace muser {
-
-class KvCache;
+namespace muser::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  // The pool is shared with the engine; forwards use all its threads.
-  CpuBackend(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool);
+  // The pool is shared with the engine; steps use all its threads.
+  explicit CpuBackend(std::shared_ptr<ThreadPool> pool);
   ~CpuBackend() override;
 
   const char* name() const override { return "cpu"; }
-  std::unique_ptr<KvState> new_kv_state(size_t max_context) const override;
-  void forward(const std::vector<ForwardSegment>& segments) override;
+  void load_weights(const WeightTable& weights) override;
+  std::unique_ptr<KvStorage> new_kv_storage(const KvLayout& layout) const override;
+  void execute(const StepGraph& graph, const StepInputs& inputs) override;
+
+  // Plans kept (the least recently used is dropped).
+  static constexpr size_t kPlanCacheSize = 32;
 
  private:
-  // Norm weights and biases as float32 (converted once at load; they are
-  // small and read for every row).
-  struct LayerVectors {
-    std::vector<float> attn_norm, ffn_norm, post_attn_norm, post_ffn_norm;
-    std::vector<float> q_norm, k_norm, q_bias, k_bias, v_bias;
-    size_t rope_kind = 0;  // index into rope_
-  };
-  // Activations of one forward, (rows, width) float32 each; reused across
-  // forwards (grown, never shrunk) since forwards run one at a time.
-  struct Workspace {
-    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, logits;
-    std::vector<float> rope_cos, rope_sin;  // (rope kinds, rows, n_rot / 2)
-    std::vector<std::vector<float>> scores; // per thread: attention scratch (ops_attention.h)
-  };
-  struct Row {
-    size_t segment;
-    size_t position;
-  };
-  // Consecutive rows of one segment whose attention runs as one task.
-  struct AttentionBlock {
-    size_t segment;
-    size_t first_row;
-    size_t n_rows;
+  struct alignas(64) StageCounter {
+    std::atomic<size_t> claim{0};
+    std::atomic<size_t> done{0};
   };
 
-  void run_layer(uint32_t il, const std::vector<ForwardSegment>& segments,
-                 const std::vector<KvCache*>& caches, size_t n_rows);
-  void compute_logits(const std::vector<ForwardSegment>& segments);
-  // ForwardSegment::hidden: the output-normed rows of segments that ask.
-  void copy_hidden(const std::vector<ForwardSegment>& segments);
-  // Runs fn(first_row, last_row) over [0, n_rows) in parallel chunks.
-  template <typename Fn>
-  void for_row_chunks(size_t n_rows, const Fn& fn);
+  const Plan& plan_for(const StepGraph& graph);
+  // Everything a step's tasks read besides the plan: set up by execute
+  // before the parallel region.
+  void prepare_step(const Plan& plan, const StepGraph& graph, const StepInputs& inputs);
+  void run_region(const Plan& plan, const StepGraph& graph, const StepInputs& inputs, int thread);
+  void run_task(const Plan& plan, const Stage& stage, size_t task, const StepGraph& graph,
+                const StepInputs& inputs, int thread);
+  void run_row_op(const Op& op, const StepGraph& graph, const StepInputs& inputs, size_t first, size_t last);
+  void run_attention_task(const Op& op, size_t task, size_t stage_index, const StepInputs& inputs, int thread);
 
-  std::shared_ptr<const Model> model_;
+  float* f32(TensorId t) const;
+  const int32_t* ints(TensorId t, const StepGraph& graph, const StepInputs& inputs) const;
+
   std::shared_ptr<ThreadPool> pool_;
-  const cpu::F16VecOps& f16_;
-  const cpu::ActivationOps& activations_;
-  std::vector<LayerVectors> layer_vectors_;
-  std::vector<float> output_norm_;
-  cpu::PackedWeights packed_;  // read-only after construction
-  std::vector<cpu::RopeFrequencies> rope_;
-  Workspace ws_;
-  std::vector<Row> rows_;
-  std::vector<AttentionBlock> attention_blocks_;
-  std::vector<int32_t> tokens_;
+  const F16VecOps& f16_;
+  const ActivationOps& activations_;
+  WeightViews weights_;
+  std::list<std::unique_ptr<Plan>> plans_;  // most recently used first
+
+  // Step state (steps run one at a time).
+  const Plan* plan_ = nullptr;
+  std::vector<float> arena_;                  // activations and RoPE tables
+  std::vector<uint8_t> act_bytes_;            // quantized activation rows (64-byte aligned inside)
+  uint8_t* act_base_ = nullptr;
+  std::vector<std::vector<float>> scores_;    // per thread: attention scratch
+  std::vector<AttentionBlock> blocks_;
+  std::vector<CpuKvStorage*> slot_storage_;
+  std::vector<size_t> stage_tasks_;           // tasks of each stage for this step
+  std::vector<size_t> heads_per_task_;        // per stage (attention stages only)
+  std::unique_ptr<StageCounter[]> counters_;
+  size_t n_counters_ = 0;
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
 };
 
-}  // namespace muser
+}  // namespace muser::cpu

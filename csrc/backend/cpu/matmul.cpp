@@ -53,92 +53,105 @@ void require_2d(const TensorInfo& w, const char* where) {
   }
 }
 
-// packed: null, or w's pack made with `kernels`.
-void matmul_with(const TensorInfo& w, const PackedWeight* packed, const float* x, size_t n_rows, float* y,
-                 ThreadPool& pool, const KernelSet& kernels) {
+}  // namespace
+
+MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
+                          const PackedWeight* pack) {
   require_2d(w, "matmul");
   const uint32_t type_id = static_cast<uint32_t>(w.type);
-  const TileFn tile = type_id < kMaxTypeId ? kernels.tile[type_id] : nullptr;
-  if (tile == nullptr) {
+  MatmulJob job;
+  job.tile = type_id < kMaxTypeId ? kernels.tile[type_id] : nullptr;
+  if (job.tile == nullptr) {
     throw InvalidArgument(format_where("matmul", std::string("no ") + isa_name(kernels.isa) +
                                                      " kernel for " + dtype_info(w.type).name));
   }
-  if (n_rows == 0) return;
-
-  const size_t n_in = static_cast<size_t>(w.ne[0]);
-  const size_t n_out = static_cast<size_t>(w.ne[1]);
-  const size_t w_row_bytes = static_cast<size_t>(row_bytes(w.type, w.ne[0]));
-
-  // Each activation row is quantized once, independently of the others, so
-  // its bytes do not depend on n_rows or on the threads.
+  job.n_in = static_cast<size_t>(w.ne[0]);
+  job.n_out = static_cast<size_t>(w.ne[1]);
+  job.w = w.data;
+  job.w_row_bytes = static_cast<size_t>(row_bytes(w.type, w.ne[0]));
   const ActivationFormat format = activation_format(w.type);
-  const size_t act_row_bytes = activation_row_bytes(format, n_in);
-  AlignedBytes act = allocate_aligned(act_row_bytes * n_rows);
-  const QuantizeFn quantize = kernels.quantize[static_cast<uint32_t>(format)];
-  const auto quantize_rows = [&](size_t first, size_t last) {
-    for (size_t r = first; r < last; ++r) quantize(x + r * n_in, act.get() + r * act_row_bytes, n_in);
-  };
-  if (n_rows <= kQuantizeRowsPerTask || pool.size() == 1) {
-    quantize_rows(0, n_rows);
-  } else {
-    const size_t n_tasks = (n_rows + kQuantizeRowsPerTask - 1) / kQuantizeRowsPerTask;
-    pool.parallel_for(n_tasks, [&](size_t task, int) {
-      const size_t first = task * kQuantizeRowsPerTask;
-      quantize_rows(first, std::min(n_rows, first + kQuantizeRowsPerTask));
-    });
-  }
-
+  job.format = static_cast<uint32_t>(format);
+  job.act_row_bytes = activation_row_bytes(format, job.n_in);
+  job.quantize = kernels.quantize[static_cast<uint32_t>(format)];
   // Split the output rows into fixed chunks; every element's value is
   // independent of the split (KernelSet contract), so only speed depends on it.
-  const size_t threads = static_cast<size_t>(pool.size());
-  size_t chunk = (n_out + threads * kTasksPerThread - 1) / (threads * kTasksPerThread);
-  chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
-  const size_t n_tasks = (n_out + chunk - 1) / chunk;
-  const uint8_t* act_bytes = act.get();
-  if (packed != nullptr) {
+  threads = std::max<size_t>(threads, 1);
+  size_t chunk = (job.n_out + threads * kTasksPerThread - 1) / (threads * kTasksPerThread);
+  job.chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
+  job.n_chunks = (job.n_out + job.chunk - 1) / job.chunk;
+  if (pack != nullptr && &pack->source() == &w && &pack->kernels() == &kernels) {
     // Chunks start on a group boundary (kChunkGranule is a multiple of kPackedRows).
-    const PackedTileFn packed_tile = packed->kernel().tile;
-    pool.parallel_for(n_tasks, [&](size_t task, int) {
-      const size_t first = task * chunk;
-      const size_t rows = std::min(n_out, first + chunk) - first;
-      packed_tile(n_in, packed->data() + first / kPackedRows * packed->group_bytes(), rows, act_bytes,
-                  act_row_bytes, n_rows, y + first, n_out);
-    });
+    job.packed_tile = pack->kernel().tile;
+    job.packed = pack->data();
+    job.packed_group_bytes = pack->group_bytes();
+  }
+  return job;
+}
+
+void MatmulJob::quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const {
+  // Each activation row is quantized once, independently of the others, so
+  // its bytes do not depend on n_rows or on the threads.
+  for (size_t r = first; r < last; ++r) quantize(x + r * n_in, act + r * act_row_bytes, n_in);
+}
+
+void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const {
+  // One tile call per chunk: the kernels block for the caches themselves
+  // and may reorganize the activation rows once per call.
+  const size_t first = c * chunk;
+  const size_t rows = std::min(n_out, first + chunk) - first;
+  if (packed_tile != nullptr) {
+    packed_tile(n_in, packed + first / kPackedRows * packed_group_bytes, rows, act, act_row_bytes, n_rows,
+                y + first, n_out);
     return;
   }
-  pool.parallel_for(n_tasks, [&](size_t task, int) {
-    // One tile call per chunk: the kernels block for the caches themselves
-    // and may reorganize the activation rows once per call.
-    const size_t first = task * chunk;
-    const size_t rows = std::min(n_out, first + chunk) - first;
-    tile(n_in, w.data + first * w_row_bytes, w_row_bytes, rows, act_bytes, act_row_bytes, n_rows,
-         y + first, n_out);
-  });
+  tile(n_in, w + first * w_row_bytes, w_row_bytes, rows, act, act_row_bytes, n_rows, y + first, n_out);
 }
+
+namespace {
+
+void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, ThreadPool& pool);
 
 }  // namespace
 
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
             const KernelSet& kernels) {
-  matmul_with(w, nullptr, x, n_rows, y, pool, kernels);
-}
-
-void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
-  matmul_with(w, nullptr, x, n_rows, y, pool, kernel_set(best_isa()));
+  run_matmul(MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size())), x, n_rows, y, pool);
 }
 
 void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
-  matmul_with(w.source(), &w, x, n_rows, y, pool, w.kernels());
+  run_matmul(MatmulJob::plan(w.source(), w.kernels(), static_cast<size_t>(pool.size()), &w), x, n_rows, y,
+             pool);
 }
 
 void matmul(const TensorInfo& w, const PackedWeights& packs, const float* x, size_t n_rows, float* y,
             ThreadPool& pool) {
-  const PackedWeight* packed = packs.find(w);
-  if (packed != nullptr) {
-    matmul_with(w, packed, x, n_rows, y, pool, packed->kernels());
+  const PackedWeight* pack = packs.find(w);
+  const KernelSet& kernels = pack != nullptr ? pack->kernels() : kernel_set(best_isa());
+  run_matmul(MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size()), pack), x, n_rows, y, pool);
+}
+
+namespace {
+
+void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
+  if (n_rows == 0) return;
+  AlignedBytes act = allocate_aligned(job.act_row_bytes * n_rows);
+  if (n_rows <= kQuantizeRowsPerTask || pool.size() == 1) {
+    job.quantize_rows(x, 0, n_rows, act.get());
   } else {
-    matmul_with(w, nullptr, x, n_rows, y, pool, kernel_set(best_isa()));
+    const size_t n_tasks = (n_rows + kQuantizeRowsPerTask - 1) / kQuantizeRowsPerTask;
+    pool.parallel_for(n_tasks, [&](size_t task, int) {
+      const size_t first = task * kQuantizeRowsPerTask;
+      job.quantize_rows(x, first, std::min(n_rows, first + kQuantizeRowsPerTask), act.get());
+    });
   }
+  const uint8_t* act_bytes = act.get();
+  pool.parallel_for(job.n_chunks, [&](size_t c, int) { job.run_chunk(c, act_bytes, n_rows, y); });
+}
+
+}  // namespace
+
+void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
+  matmul(w, x, n_rows, y, pool, kernel_set(best_isa()));
 }
 
 void dequantize_rows(const TensorInfo& w, const int32_t* row_ids, size_t n, float* out) {

@@ -21,6 +21,10 @@
 #include "weights/gguf_file.h"
 
 namespace muser::cpu {
+using ActivationFormatId = uint32_t;
+}
+
+namespace muser::cpu {
 
 // x: (n_rows, w.ne[0]) float32 row-major; y: (n_rows, w.ne[1]) float32.
 // Throws InvalidArgument when w is not 2-D.
@@ -29,6 +33,38 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
 // Dequantizes rows `row_ids[k]` of a 2-D tensor into out[k, :] (w.ne[0] floats
 // each): the embedding lookup. Throws InvalidArgument for an id out of range.
 void dequantize_rows(const TensorInfo& w, const int32_t* row_ids, size_t n, float* out);
+
+// One matmul cut into the two phases a graph executor runs as separate
+// stages, each split among threads in any way: quantizing the activation
+// rows (each row on its own), then tiles of output rows (each element
+// computed from one weight row and one activation row). Results are the
+// bits matmul() produces, whatever the split.
+struct MatmulJob {
+  TileFn tile = nullptr;
+  QuantizeFn quantize = nullptr;
+  ActivationFormatId format = 0;  // activation format of the weight type
+  size_t n_in = 0, n_out = 0;
+  const uint8_t* w = nullptr;
+  size_t w_row_bytes = 0;
+  size_t act_row_bytes = 0;
+  size_t chunk = 0;     // output rows per tile task
+  size_t n_chunks = 0;  // tile tasks
+  // Set when the weight is read from its pack (packed_weights.h): group g of
+  // kPackedRows rows at packed + g * packed_group_bytes.
+  PackedTileFn packed_tile = nullptr;
+  const uint8_t* packed = nullptr;
+  size_t packed_group_bytes = 0;
+
+  // Validates w (InvalidArgument as matmul does) and sizes the tiles for
+  // `threads` threads. With `pack` (w's pack, made with `kernels`; otherwise
+  // ignored) the tiles read the pack.
+  static MatmulJob plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
+                        const PackedWeight* pack = nullptr);
+  // act row r = quantized x row r, for r in [first, last).
+  void quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const;
+  // y[:, chunk c] for all n_rows rows of act.
+  void run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const;
+};
 
 // matmul with an explicit kernel table instead of the best one for this CPU
 // (tests compare instruction sets; benchmarks time them). Same contract.

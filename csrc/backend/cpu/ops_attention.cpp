@@ -10,7 +10,7 @@ size_t attention_scratch_floats(size_t n_queries, size_t span, size_t head_dim_k
   return n_queries * span + head_dim_k + head_dim_v;
 }
 
-void attend_block(const KvCache& kv, const AttentionKv& head, const AttentionQuery* queries, size_t n_queries,
+void attend_block(const KvPlanes& kv, const AttentionKv& head, const AttentionQuery* queries, size_t n_queries,
                   const F16VecOps& ops, float* scratch) {
   size_t lowest = std::numeric_limits<size_t>::max();
   size_t highest = 0;
@@ -24,7 +24,7 @@ void attend_block(const KvCache& kv, const AttentionKv& head, const AttentionQue
   // scores of query b for position p live at scratch[b * span + (p - lowest)].
 
   for (size_t p = lowest; p <= highest; ++p) {
-    ops.to_f32(kv.k_row(head.layer, p) + head.k_offset, key, head.head_dim_k);
+    ops.to_f32(kv.k(p) + head.k_offset, key, head.head_dim_k);
     for (size_t b = 0; b < n_queries; ++b) {
       const AttentionQuery& query = queries[b];
       if (p < query.first || p > query.last) continue;
@@ -52,7 +52,7 @@ void attend_block(const KvCache& kv, const AttentionKv& head, const AttentionQue
   }
 
   for (size_t p = lowest; p <= highest; ++p) {
-    ops.to_f32(kv.v_row(head.layer, p) + head.v_offset, value, head.head_dim_v);
+    ops.to_f32(kv.v(p) + head.v_offset, value, head.head_dim_v);
     for (size_t b = 0; b < n_queries; ++b) {
       const AttentionQuery& query = queries[b];
       if (p < query.first || p > query.last) continue;

@@ -8,12 +8,11 @@
 #include <cstdint>
 
 #include "backend/cpu/vec_f16.h"
-#include "model/kv_cache.h"
+#include "backend/cpu/cpu_kv_storage.h"
 
 namespace muser::cpu {
 
 struct AttentionKv {
-  uint32_t layer = 0;
   size_t k_offset = 0;  // offset of the KV head within a K row (kv_head * head_dim_k)
   size_t v_offset = 0;  // offset of the KV head within a V row (kv_head * head_dim_v)
   size_t head_dim_k = 0;
@@ -38,7 +37,7 @@ size_t attention_scratch_floats(size_t n_queries, size_t span, size_t head_dim_k
 // so the result depends only on q and the cache (batch invariance).
 // scratch: attention_scratch_floats(n_queries, span, ...) floats, where span
 // covers every query's range (max last - min first + 1).
-void attend_block(const KvCache& kv, const AttentionKv& head, const AttentionQuery* queries, size_t n_queries,
+void attend_block(const KvPlanes& kv, const AttentionKv& head, const AttentionQuery* queries, size_t n_queries,
                   const F16VecOps& ops, float* scratch);
 
 }  // namespace muser::cpu

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "model/hparams.h"
+#include "graph/ops.h"
 
 namespace muser::cpu {
 

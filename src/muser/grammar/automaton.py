@@ -53,7 +53,8 @@ from typing import Any, Callable, Optional, cast
 
 import numpy as np
 
-from muser.errors import InternalError
+from muser import limits
+from muser.errors import GrammarError, InternalError
 from muser.grammar.charset import CharSet
 from muser.grammar.flat_rules import CHAR, NONTERMINAL, TOKEN, FlatGrammar
 
@@ -390,7 +391,15 @@ class Automaton:
         tokens: list[tuple[int, int]] = []
         can_end = False
         push = stack.append
+        max_items = limits.MAX_RECOGNIZER_ITEMS
         while stack:
+            if len(seen) > max_items:
+                # An ambiguous grammar keeps this many parses alive at once;
+                # past the bound, refuse rather than take unbounded time and memory.
+                raise GrammarError(
+                    f"the grammar is too ambiguous here: one recognizer state needs more than "
+                    f"muser.limits.MAX_RECOGNIZER_ITEMS = {max_items} Earley items"
+                )
             item = stack.pop()
             pd, org = item
             kind = kinds[pd]

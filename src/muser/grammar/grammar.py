@@ -7,7 +7,10 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from muser import limits
+from muser.errors import GrammarError
 from muser.grammar.automaton import Automaton
+from muser.grammar.expansion import check_expansion
 from muser.grammar.flat_rules import FlatGrammar, flatten
 from muser.grammar.parser import parse_gbnf
 from muser.grammar.recognizer import GrammarState
@@ -89,7 +92,9 @@ class Grammar:
     def __init__(self, gbnf_text: str, root: str = "root"):
         self._text = gbnf_text
         self._root = root
-        self._flat: FlatGrammar = flatten(parse_gbnf(gbnf_text, root))
+        parsed = parse_gbnf(gbnf_text, root)
+        check_expansion(parsed)
+        self._flat: FlatGrammar = flatten(parsed)
         self._tables = _SHARED_TABLES.holder(gbnf_text, root, self._flat)
 
     # ------------------------------------------------------------ constructors
@@ -109,12 +114,22 @@ class Grammar:
         from muser.grammar.json_schema import json_schema_to_gbnf
 
         if isinstance(schema, (str, bytes)):
+            if len(schema) > limits.MAX_GRAMMAR_CHARS:
+                raise GrammarError(
+                    f"JSON schema text has {len(schema)} characters, above "
+                    f"muser.limits.MAX_GRAMMAR_CHARS = {limits.MAX_GRAMMAR_CHARS}"
+                )
             try:
                 schema = json.loads(schema)
             except ValueError as exc:
-                from muser.errors import GrammarError
-
                 raise GrammarError(f"JSON schema is not valid JSON: {exc}") from None
+            except RecursionError:
+                # json.loads recurses per nesting level; the schema would be
+                # refused for its depth (MAX_GRAMMAR_NESTING) anyway.
+                raise GrammarError(
+                    "JSON schema text is nested too deeply to parse "
+                    f"(muser.limits.MAX_GRAMMAR_NESTING = {limits.MAX_GRAMMAR_NESTING})"
+                ) from None
         return cls(json_schema_to_gbnf(schema))
 
     @classmethod
@@ -153,7 +168,13 @@ class Grammar:
 
     def matches(self, text: str | bytes) -> bool:
         """Whether the whole of `text` is a sentence of the grammar."""
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if isinstance(text, str):
+            try:
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:
+                return False  # a lone surrogate: not Unicode text, so no sentence of any grammar
+        else:
+            data = bytes(text)
         st = self.state()
         return st.accept_bytes(data) and st.can_end()
 

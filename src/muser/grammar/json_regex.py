@@ -19,6 +19,7 @@ grammar uses the ASCII part.
 
 from __future__ import annotations
 
+from muser import limits
 from muser.errors import GrammarError
 from muser.grammar.charset import MAX_CODE_POINT, CharSet
 
@@ -118,6 +119,7 @@ class _RegexParser:
         self.p = pattern
         self.i = 0
         self.any_char = any_char  # GBNF for one arbitrary JSON string character
+        self.depth = 0  # open groups; bounded because parsing recurses per group
 
     def error(self, message: str) -> GrammarError:
         return GrammarError(f"pattern {self.p!r}, position {self.i}: {message}")
@@ -207,6 +209,10 @@ class _RegexParser:
     def parse_atom(self) -> str:
         c = self.peek()
         if c == "(":
+            self.depth += 1
+            if self.depth > limits.MAX_GRAMMAR_NESTING:
+                raise self.error(f"groups nested deeper than muser.limits.MAX_GRAMMAR_NESTING = "
+                                 f"{limits.MAX_GRAMMAR_NESTING}")
             self.i += 1
             if self.p.startswith("?:", self.i):
                 self.i += 2
@@ -221,6 +227,7 @@ class _RegexParser:
             if self.peek() != ")":
                 raise self.error("missing ')'")
             self.i += 1
+            self.depth -= 1
             return inner
         if c == "[":
             return self.char_expr(self.parse_class())

@@ -41,6 +41,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from muser import limits
 from muser.errors import GrammarError
 from muser.grammar.json_regex import gbnf_literal, pattern_to_gbnf
 from muser.grammar.number_ranges import UNBOUNDED_MAGNITUDE, integer_range, nonnegative_range
@@ -110,6 +111,9 @@ class _Converter:
         self.document = document
         self.rules: dict[str, str] = {"root": ""}
         self.ref_names: dict[str, str] = {}
+        # Subschemas being visited: bounded, since visiting recurses (and an
+        # allOf whose parts $ref back to it would otherwise recurse forever).
+        self.depth = 0
 
     # ------------------------------------------------------------ rules
 
@@ -148,21 +152,39 @@ class _Converter:
 
     def visit(self, schema: Any, hint: str) -> str:
         """A GBNF expression for the JSON text of values valid under `schema`."""
+        if self.depth >= limits.MAX_GRAMMAR_NESTING:
+            raise GrammarError(
+                f"schema at '{hint}' is nested deeper than muser.limits.MAX_GRAMMAR_NESTING = "
+                f"{limits.MAX_GRAMMAR_NESTING} (or an allOf refers back to itself)"
+            )
+        self.depth += 1
+        try:
+            return self._visit(schema, hint)
+        finally:
+            self.depth -= 1
+
+    def _visit(self, schema: Any, hint: str) -> str:
         if schema is True:
             return self.primitive("value")
         if schema is False:
             raise GrammarError(f"schema at '{hint}' is false: no value is valid")
         if not isinstance(schema, dict):
             raise GrammarError(f"schema at '{hint}' must be an object or a boolean, got {type(schema).__name__}")
+        _check_keywords(schema, hint)
         if "$ref" in schema:
             rest = {k: v for k, v in schema.items() if k != "$ref" and k not in _ANNOTATIONS}
             if rest:
                 return self.visit({"allOf": [{"$ref": schema["$ref"]}, rest]}, hint)
             return self.visit_ref(schema["$ref"])
         if "allOf" in schema:
+            if not isinstance(schema["allOf"], list) or not schema["allOf"]:
+                raise GrammarError(f"'allOf' at '{hint}' must be a non-empty list")
             merged = {k: v for k, v in schema.items() if k != "allOf"}
-            for part in schema["allOf"]:
-                merged = _merge(merged, self.resolve(part))
+            for index, part in enumerate(schema["allOf"]):
+                part = self.resolve(part)
+                if isinstance(part, dict):
+                    _check_keywords(part, f"{hint}-allOf-{index}")
+                merged = _merge(merged, part)
             return self.visit(merged, hint)
         for key in ("anyOf", "oneOf"):
             if key in schema:
@@ -172,7 +194,11 @@ class _Converter:
                     raise GrammarError(f"'{key}' at '{hint}' must be a non-empty list")
                 alts = []
                 for i, option in enumerate(options):
-                    branch = _merge(rest, self.resolve(option)) if rest else option
+                    if rest:
+                        option = self.resolve(option)
+                        if isinstance(option, dict):
+                            _check_keywords(option, f"{hint}-{i}")
+                    branch = _merge(rest, option) if rest else option
                     alts.append(self.visit(branch, f"{hint}-{i}"))
                 return self.define(hint, " | ".join(alts))
         if "const" in schema:
@@ -213,6 +239,8 @@ class _Converter:
         seen = set()
         while isinstance(schema, dict) and "$ref" in schema and len(schema) == 1:
             ref = schema["$ref"]
+            if not isinstance(ref, str):
+                raise GrammarError(f"$ref must be a string, got {type(ref).__name__}")
             if ref in seen:
                 raise GrammarError(f"$ref cycle through {ref!r}")
             seen.add(ref)
@@ -237,6 +265,8 @@ class _Converter:
         return node
 
     def visit_ref(self, ref: str) -> str:
+        if not isinstance(ref, str):
+            raise GrammarError(f"$ref must be a string, got {type(ref).__name__}")
         name = self.ref_names.get(ref)
         if name is not None:
             return name
@@ -275,8 +305,8 @@ class _Converter:
         if not isinstance(properties, dict):
             raise GrammarError(f"'properties' at '{hint}' must be an object")
         required = schema.get("required", [])
-        if not isinstance(required, list):
-            raise GrammarError(f"'required' at '{hint}' must be a list")
+        if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+            raise GrammarError(f"'required' at '{hint}' must be a list of strings")
         additional = schema.get("additionalProperties", None if properties or required else True)
         if not properties and not required and additional in (True, {}):
             return self.primitive("object")
@@ -354,9 +384,8 @@ class _Converter:
         if isinstance(items, list):  # draft 4-7 tuple form
             prefix, items = items, schema.get("additionalItems", False)
         prefix = prefix or []
-        lo = int(schema.get("minItems", 0))
-        hi = schema.get("maxItems")
-        hi = None if hi is None else int(hi)
+        lo = _count(schema, "minItems", hint, 0)
+        hi = _count(schema, "maxItems", hint, None)
         k = len(prefix)
         if items is None:
             items = False if prefix and lo <= k else True
@@ -394,6 +423,8 @@ class _Converter:
 
     def visit_string(self, schema: dict[str, Any], hint: str) -> str:
         fmt = schema.get("format")
+        if fmt is not None and not isinstance(fmt, str):
+            raise GrammarError(f"'format' at '{hint}' must be a string, got {type(fmt).__name__}")
         if "pattern" in schema:
             pattern = schema["pattern"]
             if not isinstance(pattern, str):
@@ -402,9 +433,8 @@ class _Converter:
             return self.define(hint, f'"\\"" ({body}) "\\""')
         if fmt in _FORMATS:
             return self.define(f"{fmt}-string", f'"\\"" {self.primitive(fmt)} "\\""')
-        lo = int(schema.get("minLength", 0))
-        hi = schema.get("maxLength")
-        hi = None if hi is None else int(hi)
+        lo = _count(schema, "minLength", hint, 0)
+        hi = _count(schema, "maxLength", hint, None)
         if lo == 0 and hi is None:
             return self.primitive("string")
         if hi is not None and hi > REPEAT_LIMIT:
@@ -462,6 +492,69 @@ class _Converter:
         if not options:
             raise GrammarError(f"no number satisfies the bounds at '{hint}'")
         return self.define(hint, " | ".join(options))
+
+
+_SCHEMA_LIKE = (dict, bool)
+_NUMBER = (int, float)
+
+# The JSON type each keyword's value must have (checked before the keyword is
+# used, so a malformed schema is a GrammarError in words, never a TypeError).
+_KEYWORD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "properties": ((dict,), "an object"),
+    "required": ((list,), "a list of strings"),
+    "additionalProperties": (_SCHEMA_LIKE, "a schema"),
+    "items": ((dict, bool, list), "a schema or a list of schemas"),
+    "prefixItems": ((list,), "a list of schemas"),
+    "additionalItems": (_SCHEMA_LIKE, "a schema"),
+    "pattern": ((str,), "a string"),
+    "format": ((str,), "a string"),
+    "enum": ((list,), "a non-empty list"),
+    "anyOf": ((list,), "a non-empty list"),
+    "oneOf": ((list,), "a non-empty list"),
+    "allOf": ((list,), "a non-empty list"),
+    "$ref": ((str,), "a string"),
+    "$defs": ((dict,), "an object"),
+    "definitions": ((dict,), "an object"),
+    "minimum": (_NUMBER, "a number"),
+    "maximum": (_NUMBER, "a number"),
+    # (draft 4: a bool modifying minimum/maximum)
+    "exclusiveMinimum": ((int, float, bool), "a number or a bool"),
+    "exclusiveMaximum": ((int, float, bool), "a number or a bool"),
+}
+_COUNT_KEYWORDS = ("minItems", "maxItems", "minLength", "maxLength")
+
+
+def _check_keywords(schema: dict, hint: str) -> None:
+    for key, (types, wanted) in _KEYWORD_TYPES.items():
+        if key in schema:
+            value = schema[key]
+            if isinstance(value, bool) and bool not in types:
+                ok = False
+            else:
+                ok = isinstance(value, types)
+            if not ok:
+                raise GrammarError(f"'{key}' at '{hint}' must be {wanted}, got {type(value).__name__}")
+    for key in _COUNT_KEYWORDS:
+        _count(schema, key, hint, None)
+    if "required" in schema and not all(isinstance(name, str) for name in schema["required"]):
+        raise GrammarError(f"'required' at '{hint}' must be a list of strings")
+    types = schema.get("type")
+    if types is not None and not isinstance(types, str) and not (
+        isinstance(types, list) and all(isinstance(t, str) for t in types)
+    ):
+        raise GrammarError(f"'type' at '{hint}' must be a string or a list of strings, got {types!r}")
+
+
+def _count(schema: dict, key: str, hint: str, default: int | None) -> int | None:
+    """A non-negative integer keyword (minItems, maxLength, ...); 3.0 counts as 3."""
+    if key not in schema:
+        return default
+    value = schema[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GrammarError(f"'{key}' at '{hint}' must be a non-negative integer, got {value!r}")
+    return value
 
 
 def _repeat(expr: str, lo: int, hi: int | None) -> str:

@@ -21,6 +21,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Union
 
+from muser import limits
 from muser.errors import GrammarError
 from muser.grammar.charset import MAX_CODE_POINT, CharSet
 
@@ -118,6 +119,10 @@ class _Parser:
     def __init__(self, text: str):
         self.text = text
         self.pos = 0
+        # Nesting depth of each group/repetition node built (by id): every
+        # later pass walks the tree recursively, so the depth is bounded here.
+        self.depth_of: dict[int, int] = {}
+        self.open_groups = 0  # parsing itself recurses once per open '(' 
         self.line_starts = [0]
         for i, c in enumerate(text):
             if c == "\n":
@@ -192,15 +197,27 @@ class _Parser:
             raise self.error(f"expected a rule name, found {self.describe_here()}")
         return self.text[start : self.pos]
 
+    def nest(self, node: Node, children, pos: int) -> Node:
+        """Record `node`'s depth (one more than its deepest child) and bound it."""
+        depth = 1 + max((self.depth_of.get(id(c), 0) for c in children), default=0)
+        if depth > limits.MAX_GRAMMAR_NESTING:
+            raise self.error(
+                f"groups and repetitions nested deeper than muser.limits.MAX_GRAMMAR_NESTING = "
+                f"{limits.MAX_GRAMMAR_NESTING}", pos)
+        self.depth_of[id(node)] = depth
+        return node
+
     def parse_alternatives(self, nested: bool) -> Alternatives:
+        start = self.pos
         options = [self.parse_sequence(nested)]
         while self.peek() == "|":
             self.pos += 1
             self.skip_space(newlines=True)
             options.append(self.parse_sequence(nested))
-        return Alternatives(tuple(options))
+        return self.nest(Alternatives(tuple(options)), options, start)
 
     def parse_sequence(self, nested: bool) -> Sequence:
+        start = self.pos
         items: list[Node] = []
         while True:
             self.skip_space(newlines=nested)
@@ -211,10 +228,10 @@ class _Parser:
                 if not items:
                     raise self.error(f"'{c}' has no preceding item to repeat")
                 op_pos = self.pos
-                items[-1] = self.parse_postfix(items[-1], op_pos)
+                items[-1] = self.nest(self.parse_postfix(items[-1], op_pos), [items[-1]], op_pos)
                 continue
             items.append(self.parse_element())
-        return Sequence(tuple(items))
+        return self.nest(Sequence(tuple(items)), items, start)
 
     def parse_postfix(self, item: Node, op_pos: int) -> Repeat:
         c = self.peek()
@@ -271,12 +288,17 @@ class _Parser:
             self.pos += 1
             return Chars(CharSet.any())
         if c == "(":
+            self.open_groups += 1
+            if self.open_groups > limits.MAX_GRAMMAR_NESTING:
+                raise self.error(
+                    f"groups nested deeper than muser.limits.MAX_GRAMMAR_NESTING = {limits.MAX_GRAMMAR_NESTING}")
             self.pos += 1
             self.skip_space(newlines=True)
             inner = self.parse_alternatives(nested=True)
             if self.peek() != ")":
                 raise self.error("expected ')' to close the group opened", start)
             self.pos += 1
+            self.open_groups -= 1
             if len(inner.options) == 1:
                 return inner.options[0]
             return inner
@@ -409,6 +431,10 @@ def parse_gbnf(text: str, root: str = "root") -> ParsedGrammar:
     """
     if not isinstance(text, str):
         raise TypeError(f"grammar text must be str, got {type(text).__name__}")
+    if len(text) > limits.MAX_GRAMMAR_CHARS:
+        raise grammar_error(
+            f"grammar text has {len(text)} characters, above muser.limits.MAX_GRAMMAR_CHARS = "
+            f"{limits.MAX_GRAMMAR_CHARS}", 1, 1)
     parser = _Parser(text)
     rules = parser.parse()
     seen: dict[str, RuleDef] = {}

@@ -5,8 +5,10 @@ Calling the handle directly works too (``handle.generate.remote(prompt,
 max_tokens=32).result()``); the client adds:
 
 - ``stream``/``astream``/``chat(stream=True)`` as plain (async) iterators of
-  :class:`muser.GenerationChunk`; closing one early cancels the request on
-  its replica, which frees the slot;
+  :class:`muser.GenerationChunk`, and the OpenAI-shaped
+  ``create_chat_completion``/``create_completion`` (dicts, or iterators of
+  chunk dicts with ``stream=True``); closing an iterator early cancels the
+  request on its replica, which frees the slot;
 - errors as muser types: Ray's ``BackPressureError`` (every replica full and
   the caller's queue at ``max_queued_requests``) becomes
   :class:`muser.Overloaded`; a replica that died under a request becomes
@@ -87,7 +89,22 @@ class Client:
         """``muser.stream`` on a replica. Closing the iterator early cancels the request there."""
         return self._iterate(self.handle.options(stream=True).stream.remote(prompt, **kwargs))
 
-    def _iterate(self, responses) -> Iterator[muser.GenerationChunk]:
+    def create_chat_completion(self, messages: Sequence[Mapping[str, Any]], *, stream: bool = False,
+                               **kwargs: Any):
+        """``muser.openai.create_chat_completion`` on a replica: a ``chat.completion`` dict, or with
+        ``stream=True`` an iterator of ``chat.completion.chunk`` dicts (closing it cancels the request)."""
+        if stream:
+            return self._iterate(self.handle.options(stream=True).create_chat_completion_stream.remote(messages,
+                                                                                                       **kwargs))
+        return self._result(self.handle.create_chat_completion.remote(messages, **kwargs))
+
+    def create_completion(self, prompt: str | Sequence[int], *, stream: bool = False, **kwargs: Any):
+        """``muser.openai.create_completion`` on a replica (``stream=True``: an iterator of chunk dicts)."""
+        if stream:
+            return self._iterate(self.handle.options(stream=True).create_completion_stream.remote(prompt, **kwargs))
+        return self._result(self.handle.create_completion.remote(prompt, **kwargs))
+
+    def _iterate(self, responses) -> Iterator[Any]:
         finished = False
         try:
             for chunk in responses:

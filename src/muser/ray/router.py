@@ -40,7 +40,11 @@ from ray.serve.request_router import (
 __all__ = ["PrefixAffinityRouter", "routing_key", "shared_prefix"]
 
 # The methods whose first argument (or `prompt` / `messages` keyword) is what a slot caches.
-_PROMPT_METHODS = {"generate": "prompt", "stream": "prompt", "chat": "messages", "chat_stream": "messages"}
+_PROMPT_METHODS = {
+    "generate": "prompt", "stream": "prompt", "chat": "messages", "chat_stream": "messages",
+    "create_chat_completion": "messages", "create_chat_completion_stream": "messages",
+    "create_completion": "prompt", "create_completion_stream": "prompt",
+}
 
 
 def routing_key(method: str, args: Any, kwargs: Any) -> str | tuple[int, ...] | None:

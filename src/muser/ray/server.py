@@ -1,9 +1,11 @@
 """The Ray Serve deployment: one muser Engine and one SlotPool per replica.
 
 Methods mirror muser's Python API (``generate``, ``stream``, ``chat``,
-``chat_stream``) and take the same keyword arguments; ``stream`` and
-``chat_stream`` are streaming methods (call them through
-``handle.options(stream=True)``) that yield :class:`muser.GenerationChunk` s.
+``chat_stream``, and the OpenAI-shaped ``create_chat_completion`` and
+``create_completion`` of :mod:`muser.openai`) and take the same keyword
+arguments; the ``*_stream`` methods and ``stream`` are streaming methods
+(call them through ``handle.options(stream=True)``) that yield
+:class:`muser.GenerationChunk` s, or OpenAI-shaped chunk dicts.
 
 Admission: Ray Serve sends a replica at most ``max_ongoing_requests`` =
 slots + max_waiting requests, exactly what its pool admits (slots running,
@@ -161,6 +163,30 @@ class MuserServer:
         async for chunk in self._chunks(_chat_stream, messages, **kwargs):
             yield chunk
 
+    async def create_chat_completion(self, messages, **kwargs) -> dict[str, Any]:
+        """``muser.openai.create_chat_completion``: a ``chat.completion`` dict.
+        For ``stream=True`` call ``create_chat_completion_stream`` instead."""
+        _refuse_stream(kwargs, "create_chat_completion_stream")
+        return await self._run(muser.openai.create_chat_completion, messages, **kwargs)
+
+    async def create_chat_completion_stream(self, messages, **kwargs) -> AsyncIterator[dict[str, Any]]:
+        """``chat.completion.chunk`` dicts; call with ``handle.options(stream=True)``."""
+        _refuse_stream(kwargs, "create_chat_completion_stream")
+        async for chunk in self._chunks(_streaming(muser.openai.create_chat_completion), messages, **kwargs):
+            yield chunk
+
+    async def create_completion(self, prompt, **kwargs) -> dict[str, Any]:
+        """``muser.openai.create_completion``: a ``text_completion`` dict.
+        For ``stream=True`` call ``create_completion_stream`` instead."""
+        _refuse_stream(kwargs, "create_completion_stream")
+        return await self._run(muser.openai.create_completion, prompt, **kwargs)
+
+    async def create_completion_stream(self, prompt, **kwargs) -> AsyncIterator[dict[str, Any]]:
+        """``text_completion`` chunk dicts; call with ``handle.options(stream=True)``."""
+        _refuse_stream(kwargs, "create_completion_stream")
+        async for chunk in self._chunks(_streaming(muser.openai.create_completion), prompt, **kwargs):
+            yield chunk
+
     # -- operations -------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
@@ -188,3 +214,15 @@ class MuserServer:
 
 def _chat_stream(pool, messages, **kwargs):
     return muser.chat(pool, messages, stream=True, **kwargs)
+
+
+def _streaming(create):
+    return lambda pool, request, **kwargs: create(pool, request, stream=True, **kwargs)
+
+
+def _refuse_stream(kwargs: dict[str, Any], streaming_method: str) -> None:
+    # Ray Serve decides at call time whether a method streams, so the choice
+    # is the method, not a keyword.
+    if "stream" in kwargs:
+        raise ValueError(f"pass no stream= here: call {streaming_method} through handle.options(stream=True) "
+                         "to stream (muser.ray.Client does this for stream=True)")

@@ -40,9 +40,16 @@ def _number(name: str, value: Any) -> float:
     return float(value)
 
 
+# Counts and token ids are 32-bit in the core; larger ints would fail later
+# with OverflowError instead of a message naming the field.
+_INT32_MAX = 2**31 - 1
+
+
 def _integer(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(name, "must be an int", value)
+    if abs(value) > _INT32_MAX:
+        raise _fail(name, f"must be within +-{_INT32_MAX}", value)
     return value
 
 
@@ -171,8 +178,8 @@ class SamplingParams:
             raise _fail("logit_bias", "must be a mapping of token id to bias", bias)
         checked: dict[int, float] = {}
         for token, value in bias.items():
-            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-                raise _fail("logit_bias", "keys must be token ids (ints >= 0)", token)
+            if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= _INT32_MAX:
+                raise _fail("logit_bias", f"keys must be token ids (ints in [0, {_INT32_MAX}])", token)
             amount = _number("logit_bias", value)
             if amount == math.inf:
                 raise _fail("logit_bias", f"value for token {token} must be finite or -inf", value)

@@ -4,12 +4,12 @@
 
 #include <vector>
 
-#include "backend/backend.h"
+#include "engine/step_runner.h"
 
 namespace muser {
 
 // Throws InvalidArgument for an empty batch, a segment of 0 or more than
-// kMaxSegmentRows rows, positions past the state's max_context, a token
+// kMaxStepRows rows, positions past the state's max_context, a token
 // outside [0, n_vocab) or one KV state in two segments; InternalError for a
 // state that is not intact where the segment needs it. `where` names the
 // backend in messages.

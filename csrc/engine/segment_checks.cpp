@@ -1,4 +1,4 @@
-#include "backend/segment_checks.h"
+#include "engine/segment_checks.h"
 
 #include <string>
 
@@ -17,8 +17,8 @@ void check_segments(const std::vector<ForwardSegment>& segments, uint32_t n_voca
     for (size_t other = 0; other < s; ++other) {
       if (segments[other].kv == seg.kv) fail("forward: one session appears in two segments");
     }
-    if (seg.n_tokens == 0 || seg.n_tokens > kMaxSegmentRows) {
-      fail("forward: expected 1.." + std::to_string(kMaxSegmentRows) + " rows per segment, got " +
+    if (seg.n_tokens == 0 || seg.n_tokens > kMaxStepRows) {
+      fail("forward: expected 1.." + std::to_string(kMaxStepRows) + " rows per segment, got " +
            std::to_string(seg.n_tokens));
     }
     size_t max_context = seg.kv->max_context();
