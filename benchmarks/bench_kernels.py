@@ -4,6 +4,12 @@ batch size and thread count. Prints a table (GFLOP/s and GB/s of weight).
     python benchmarks/bench_kernels.py                     # default sweep
     python benchmarks/bench_kernels.py --types Q4_1,Q8_0 --rows 1,4 --threads 1
     python benchmarks/bench_kernels.py --peer ../peer-venv/bin/python   # side by side with ggml
+    python benchmarks/bench_kernels.py --types Q4_0 --layouts plain,packed   # before/after repacking
+
+--layouts: `packed` repacks the weight as the engine does at load when the
+instruction set has an interleaved layout for the type (else it is the same
+as `plain`, the GGUF blocks); each (shape, rows, threads) case times the
+layouts back to back, so a loaded machine disturbs both alike.
 
 Timing is in C++ (one thread pool per configuration, one warm-up call), so
 Python overhead is not included. On a shared machine prefer the best-of-N
@@ -44,10 +50,11 @@ def run_peer(peer_python: str, cases: list[dict], min_seconds: float) -> list[di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--types", default=",".join(DEFAULT_TYPES))
-    parser.add_argument("--isas", default="best", help="comma list of scalar/avx2/avx512/avx512vnni/best, or 'all'")
+    parser.add_argument("--isas", default="best", help="comma list of scalar/avx2/avx512/avx512vnni/neon/neon_dotprod/neon_i8mm/best, or 'all'")
     parser.add_argument("--rows", default="1,4,128")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--shapes", default=",".join(f"{a}x{b}" for a, b in SHAPES))
+    parser.add_argument("--layouts", default="packed", help="comma list of packed/plain (see above)")
     parser.add_argument("--min-seconds", type=float, default=0.2, help="time budget per measurement")
     parser.add_argument("--peer", metavar="PYTHON",
                         help="also time ggml (llama.cpp's kernels) with this interpreter, e.g. ../peer-venv/bin/python; "
@@ -58,7 +65,8 @@ def main() -> None:
     print(f"CPU kernel sets available: {t.cpu_isas()}; best = {t.best_isa()}")
     print("ms = best of N calls (median in brackets); GFLOP/s and GB/s of weight from the best.")
     peer_cols = f" {'ggml ms':>9} {'(median)':>10} {'speedup':>10}" if args.peer else ""
-    print(f"{'type':6} {'isa':10} {'in x out':>10} {'rows':>5} {'thr':>3} {'ms':>9} {'(median)':>10} "
+    layouts = args.layouts.split(",")
+    print(f"{'type':6} {'isa':10} {'layout':6} {'in x out':>10} {'rows':>5} {'thr':>3} {'ms':>9} {'(median)':>10} "
           f"{'GFLOP/s':>8} {'GB/s(w)':>8}{peer_cols}")
     for name in args.types.split(","):
         type_id, elems, nbytes = TYPES[name]
@@ -74,13 +82,17 @@ def main() -> None:
                 for rows in (int(r) for r in args.rows.split(",")):
                     x = random_activations(rows, n_in)
                     for threads in (int(v) for v in args.threads.split(",")):
-                        probe = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, 1)[0]
+                      for layout in layouts:
+                        if layout == "packed" and "plain" in layouts and not t.has_packed_layout(type_id, isa):
+                            continue  # would time the plain layout twice
+                        packed = layout == "packed"
+                        probe = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, 1, packed)[0]
                         repeats = max(3, min(2000, int(args.min_seconds / max(probe, 1e-7))))
-                        times = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, repeats)
+                        times = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, repeats, packed)
                         secs, median = min(times), statistics.median(times)
                         gflops = 2.0 * n_in * n_out * rows / secs / 1e9
                         gbps = w_bytes / secs / 1e9
-                        line = (f"{name:6} {isa:10} {shape:>10} {rows:>5} {threads:>3} {secs * 1e3:9.3f} "
+                        line = (f"{name:6} {isa:10} {layout:6} {shape:>10} {rows:>5} {threads:>3} {secs * 1e3:9.3f} "
                                 f"({median * 1e3:8.3f}) {gflops:8.1f} {gbps:8.1f}")
                         if not args.peer:
                             print(line, flush=True)

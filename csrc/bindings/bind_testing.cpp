@@ -124,7 +124,7 @@ void bind_testing_kernels(nb::module_& m) {
       "cpu_isas",
       [] {
         std::vector<std::string> names;
-        for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512, cpu::Isa::Avx512Vnni}) {
+        for (cpu::Isa isa : cpu::kAllIsas) {
           if (cpu::isa_supported(isa)) names.emplace_back(cpu::isa_name(isa));
         }
         return names;
@@ -221,7 +221,7 @@ void bind_testing_kernels(nb::module_& m) {
   m.def(
       "matmul",
       [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, const Floats2D& x,
-         int threads, const std::string& isa_name) {
+         int threads, const std::string& isa_name, bool packed) {
         const DTypeInfo& info = require_dtype(type_id);
         const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
@@ -235,18 +235,34 @@ void bind_testing_kernels(nb::module_& m) {
         {
           nb::gil_scoped_release release;
           ThreadPool pool(threads);
-          cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);
+          if (packed && cpu::has_packed_layout(kernels, info.type)) {
+            const cpu::PackedWeight pack(w, kernels, pool);
+            cpu::matmul(pack, x.data(), n_rows, y.data, pool);
+          } else {
+            cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);
+          }
         }
         return y.release_to_numpy({n_rows, ne1});
       },
       nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("x"),
-      nb::arg("threads") = 1, nb::arg("isa") = "best",
-      "y = x @ W.T for a (ne1, ne0) weight of `type_id`, via cpu::matmul on a fresh pool.");
+      nb::arg("threads") = 1, nb::arg("isa") = "best", nb::arg("packed") = true,
+      "y = x @ W.T for a (ne1, ne0) weight of `type_id`, via cpu::matmul on a fresh pool; with "
+      "`packed` the weight is first repacked as the engine does at load when `isa` has a packed "
+      "layout for the type (see has_packed_layout).");
+
+  m.def(
+      "has_packed_layout",
+      [](uint32_t type_id, const std::string& isa_name) {
+        const DTypeInfo& info = require_dtype(type_id);
+        return cpu::has_packed_layout(cpu::kernel_set(cpu::parse_isa(isa_name.c_str())), info.type);
+      },
+      nb::arg("type_id"), nb::arg("isa") = "best",
+      "Whether the kernel table of `isa` repacks weights of `type_id` at load.");
 
   m.def(
       "time_matmul",
       [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, const Floats2D& x,
-         int threads, const std::string& isa_name, int repeats) {
+         int threads, const std::string& isa_name, int repeats, bool packed) {
         const DTypeInfo& info = require_dtype(type_id);
         const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
@@ -262,18 +278,30 @@ void bind_testing_kernels(nb::module_& m) {
         {
           nb::gil_scoped_release release;
           ThreadPool pool(threads);
-          cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);  // warm-up
+          std::unique_ptr<cpu::PackedWeight> pack;
+          if (packed && cpu::has_packed_layout(kernels, info.type)) {
+            pack = std::make_unique<cpu::PackedWeight>(w, kernels, pool);
+          }
+          const auto run = [&] {
+            if (pack) {
+              cpu::matmul(*pack, x.data(), n_rows, y.data, pool);
+            } else {
+              cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);
+            }
+          };
+          run();  // warm-up
           for (int i = 0; i < repeats; ++i) {
             const auto start = std::chrono::steady_clock::now();
-            cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);
+            run();
             seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
           }
         }
         return seconds;
       },
       nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("x"),
-      nb::arg("threads"), nb::arg("isa"), nb::arg("repeats"),
-      "Seconds per cpu::matmul call (one pool, one warm-up call first), for benchmarks.");
+      nb::arg("threads"), nb::arg("isa"), nb::arg("repeats"), nb::arg("packed") = true,
+      "Seconds per cpu::matmul call (one pool, one warm-up call first; the weight repacked "
+      "beforehand as at load when `packed` and the table has a layout for it), for benchmarks.");
 
   m.def(
       "fp32_to_fp16",

@@ -52,14 +52,16 @@ def test_matmul_matches_numpy_within_the_quantization_error(qtype, n_out, isa):
 
 @pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_1, GT.Q8_0, GT.Q4_K, GT.Q6_K], ids=lambda q: q.name)
 def test_matmul_equals_the_scalar_dot_of_the_quantized_rows(qtype):
-    """The matmul of row r, output o is the kernel's vec_dot of those rows."""
+    """The matmul of row r, output o is the kernel's vec_dot of those rows
+    (on the GGUF blocks; packed layouts are checked against the scalar
+    reference below)."""
     rng = np.random.default_rng(5)
     n_in, n_out = input_size(qtype, 3), 5
     raw = random_matrix(qtype, n_in, n_out, rng)
     x = rng.standard_normal((2, n_in)).astype(np.float32)
     row_bytes = raw.size // n_out
     for isa in ISAS:
-        y = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa=isa)
+        y = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa=isa, packed=False)
         for r in range(2):
             for o in range(n_out):
                 dot = t.vec_dot(id_of(qtype), raw[o * row_bytes:(o + 1) * row_bytes], x[r], isa)
@@ -140,3 +142,43 @@ def test_matmul_with_zero_rows_returns_an_empty_result():
     raw = random_matrix(GT.Q8_0, 64, 4, np.random.default_rng(0))
     y = t.matmul(int(GT.Q8_0), raw, 64, 4, np.zeros((0, 64), dtype=np.float32))
     assert y.shape == (0, 4)
+
+
+PACKED_CASES = [(q, isa) for q in ALL_TYPES for isa in ISAS if t.has_packed_layout(id_of(q), isa)]
+
+
+def test_the_scalar_table_never_repacks_weights():
+    assert not any(t.has_packed_layout(id_of(q), "scalar") for q in ALL_TYPES)
+
+
+@pytest.mark.skipif(not PACKED_CASES, reason="no kernel table on this CPU repacks weights")
+@pytest.mark.parametrize("qtype,isa", PACKED_CASES, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("n_out", [1, 15, 16, 17, 31, 32, 33, 100])
+@pytest.mark.parametrize("blocks", [5, 65])
+def test_a_packed_weight_gives_the_scalar_reference_bit_for_bit(qtype, isa, n_out, blocks):
+    """The interleaved layouts replay the reference's float steps per block
+    (tensor/reference_kernels.cpp), so every element equals the scalar table's,
+    for any number of rows, any tail of a 16-row group, rows longer than one
+    32-block pass of the kernel (65 blocks) and any thread count."""
+    rng = np.random.default_rng(n_out * 7 + id_of(qtype) + blocks)
+    n_in = input_size(qtype, blocks)
+    raw = random_matrix(qtype, n_in, n_out, rng)
+    x = (rng.standard_normal((6, n_in)) * rng.uniform(0.01, 100, size=(6, 1))).astype(np.float32)
+    reference = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa="scalar")
+    for threads in (1, 2, 3):
+        for rows in (1, 4, 6):
+            packed = t.matmul(id_of(qtype), raw, n_in, n_out, x[:rows], threads=threads, isa=isa, packed=True)
+            assert np.array_equal(packed, reference[:rows]), (threads, rows)
+
+
+@pytest.mark.skipif(not PACKED_CASES, reason="no kernel table on this CPU repacks weights")
+def test_a_packed_prefill_batch_equals_its_rows_alone():
+    rng = np.random.default_rng(77)
+    for qtype, isa in PACKED_CASES:
+        n_in, n_out = input_size(qtype, 3), 40
+        raw = random_matrix(qtype, n_in, n_out, rng)
+        x = rng.standard_normal((37, n_in)).astype(np.float32)
+        batch = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=2, isa=isa)
+        for r in (0, 3, 4, 36):
+            alone = t.matmul(id_of(qtype), raw, n_in, n_out, x[r:r + 1], threads=1, isa=isa)
+            assert np.array_equal(batch[r], alone[0]), (qtype.name, r)

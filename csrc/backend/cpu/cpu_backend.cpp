@@ -59,6 +59,9 @@ std::vector<float> to_floats(const WeightDesc& w) {
   return out;
 }
 
+// Matrices up to this size are repacked at load (see load_weights).
+constexpr uint64_t kMaxPackedBytes = uint64_t{64} << 20;
+
 }  // namespace
 
 CpuBackend::CpuBackend(std::shared_ptr<ThreadPool> pool)
@@ -83,6 +86,18 @@ void CpuBackend::load_weights(const WeightTable& weights) {
     t.data = w.data;
     if (w.n_dims == 1) weights_.vectors[i] = to_floats(w);
   }
+  // Interleaved copies of the matrices whose best kernels want them
+  // (packed_weights.h), made once here; the rest stay zero-copy views. A
+  // matrix over kMaxPackedBytes is left as it is: only a vocabulary table is
+  // that large, and it meets just the few rows that need logits (or an
+  // embedding lookup), streaming from memory at the same speed in either
+  // layout, so packing it would only cost load time and memory (gemma3's
+  // 262k-token table is 180 MB of Q8_0).
+  std::vector<const TensorInfo*> matrices;
+  for (const TensorInfo& t : weights_.matrices) {
+    if (t.n_dims == 2 && t.data != nullptr && t.n_bytes <= kMaxPackedBytes) matrices.push_back(&t);
+  }
+  weights_.packed = PackedWeights(matrices, kernel_set(best_isa()), *pool_, SourcePages::ReleaseMapped);
 }
 
 std::unique_ptr<KvStorage> CpuBackend::new_kv_storage(const KvLayout& layout) const {

@@ -150,7 +150,8 @@ class PlanBuilder {
       const TensorDesc& x = g_.tensor(op.src[1]);
       TileEntry tile;
       tile.op = i;
-      tile.job = MatmulJob::plan(w_.matrices[g_.tensor(op.src[0]).weight], k_, threads_);
+      const TensorInfo& matrix = w_.matrices[g_.tensor(op.src[0]).weight];
+      tile.job = MatmulJob::plan(matrix, k_, threads_, w_.packed.find(matrix));
       if (x.rows == 0) tile.job.n_chunks = 0;
       // Matmuls reading the same input in the same activation format share
       // its quantized rows (the same bytes either way).

@@ -23,6 +23,7 @@
 #include "backend/cpu/cpu_kv_storage.h"
 #include "backend/cpu/kernel_set.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/ops_rope.h"
 #include "graph/graph.h"
 #include "weights/gguf_file.h"
@@ -43,6 +44,9 @@ constexpr size_t kMaxGroupHeads = 64;
 struct WeightViews {
   std::vector<TensorInfo> matrices;         // by weight index (2-D weights)
   std::vector<std::vector<float>> vectors;  // by weight index (1-D weights; empty for matrices)
+  // Interleaved copies of the matrices the best kernel table wants packed,
+  // keyed by their entry in `matrices` (which must not move afterwards).
+  PackedWeights packed;
 };
 
 struct AttentionBlock {

@@ -1,9 +1,10 @@
 // Run-time instruction-set detection and the choice of kernel table. The
 // library is compiled for baseline x86-64 (or arm64); only the files named
-// *_avx2.cpp / *_avx512.cpp / *_avx512vnni.cpp use wider instructions, and
-// they are reached only through the tables returned here after the CPU said
-// it runs them. Detection runs once (function-local statics); the tables are
-// constant data, so nothing here changes after first use.
+// *_avx2.cpp / *_avx512.cpp / *_avx512vnni.cpp (x86) and *_dotprod_neon.cpp /
+// *_i8mm_neon.cpp (arm64) use wider instructions, and they are reached only
+// through the tables returned here after the CPU said it runs them.
+// Detection runs once (function-local statics); the tables are constant
+// data, so nothing here changes after first use.
 #include <cstring>
 #include <string>
 
@@ -17,6 +18,17 @@
 #define MUSER_X86_DISPATCH 0
 #endif
 
+#if defined(__aarch64__)
+#define MUSER_ARM64_DISPATCH 1
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+#else
+#define MUSER_ARM64_DISPATCH 0
+#endif
+
 namespace muser::cpu {
 namespace {
 
@@ -24,7 +36,18 @@ struct CpuFeatures {
   bool avx2 = false;
   bool avx512 = false;
   bool avx512vnni = false;
+  bool neon = false;
+  bool dotprod = false;
+  bool i8mm = false;
 };
+
+#if MUSER_ARM64_DISPATCH && defined(__APPLE__)
+bool sysctl_flag(const char* name) {
+  int value = 0;
+  size_t size = sizeof value;
+  return sysctlbyname(name, &value, &size, nullptr, 0) == 0 && value != 0;
+}
+#endif
 
 CpuFeatures detect_features() {
   CpuFeatures f;
@@ -40,6 +63,20 @@ CpuFeatures detect_features() {
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+#endif
+#if MUSER_ARM64_DISPATCH
+  f.neon = true;  // Advanced SIMD is part of the arm64 base architecture
+#if defined(__linux__)
+  // The kernel reports what user space may execute (bits from the arm64
+  // hwcap ABI, spelled out so old headers build too).
+  constexpr unsigned long kHwcapAsimdDp = 1ul << 20;   // HWCAP_ASIMDDP
+  constexpr unsigned long kHwcap2I8mm = 1ul << 13;     // HWCAP2_I8MM
+  f.dotprod = (getauxval(AT_HWCAP) & kHwcapAsimdDp) != 0;
+  f.i8mm = f.dotprod && (getauxval(AT_HWCAP2) & kHwcap2I8mm) != 0;
+#elif defined(__APPLE__)
+  f.dotprod = sysctl_flag("hw.optional.arm.FEAT_DotProd");
+  f.i8mm = f.dotprod && sysctl_flag("hw.optional.arm.FEAT_I8MM");
+#endif
 #endif
   return f;
 }
@@ -57,6 +94,9 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
     case Isa::Avx512Vnni: return "avx512vnni";
+    case Isa::Neon: return "neon";
+    case Isa::NeonDotprod: return "neon_dotprod";
+    case Isa::NeonI8mm: return "neon_i8mm";
   }
   return "unknown";
 }
@@ -67,15 +107,24 @@ bool isa_supported(Isa isa) {
     case Isa::Avx2: return features().avx2;
     case Isa::Avx512: return features().avx512;
     case Isa::Avx512Vnni: return features().avx512vnni;
+    case Isa::Neon: return features().neon;
+    case Isa::NeonDotprod: return features().dotprod;
+    case Isa::NeonI8mm: return features().i8mm;
   }
   return false;
 }
 
 Isa best_isa() {
-  static const Isa best = isa_supported(Isa::Avx512Vnni) ? Isa::Avx512Vnni
-                          : isa_supported(Isa::Avx512) ? Isa::Avx512
-                          : isa_supported(Isa::Avx2) ? Isa::Avx2
-                                                     : Isa::Scalar;
+  static const Isa best = [] {
+    // The fastest supported one: the last of kAllIsas this CPU runs (the
+    // list is ordered slowest first, and one architecture's entries are
+    // never supported on the other).
+    Isa found = Isa::Scalar;
+    for (Isa isa : kAllIsas) {
+      if (isa_supported(isa)) found = isa;
+    }
+    return found;
+  }();
   return best;
 }
 
@@ -90,29 +139,35 @@ const KernelSet& kernel_set(Isa isa) {
     case Isa::Avx2: return avx2_kernel_set();
     case Isa::Avx512: return avx512_kernel_set();
     case Isa::Avx512Vnni: return avx512vnni_kernel_set();
-#else
-    default: break;
 #endif
+#if MUSER_ARM64_DISPATCH
+    case Isa::Neon: return neon_kernel_set();
+    case Isa::NeonDotprod: return neon_dotprod_kernel_set();
+    case Isa::NeonI8mm: return neon_i8mm_kernel_set();
+#endif
+    default: break;
   }
   throw InternalError("[cpu] no kernel table for a supported instruction set");
 }
 
 Isa parse_isa(const char* name) {
-  Isa isa;
+  Isa isa = Isa::Scalar;
   if (std::strcmp(name, "best") == 0) {
     isa = best_isa();
-  } else if (std::strcmp(name, "scalar") == 0) {
-    isa = Isa::Scalar;
-  } else if (std::strcmp(name, "avx2") == 0) {
-    isa = Isa::Avx2;
-  } else if (std::strcmp(name, "avx512") == 0) {
-    isa = Isa::Avx512;
-  } else if (std::strcmp(name, "avx512vnni") == 0) {
-    isa = Isa::Avx512Vnni;
   } else {
-    throw InvalidArgument(format_where(
-        "cpu", std::string("unknown instruction set: expected scalar, avx2, avx512, avx512vnni or best, got '") +
-                   name + "'"));
+    bool known = false;
+    for (Isa candidate : kAllIsas) {
+      if (std::strcmp(name, isa_name(candidate)) == 0) {
+        isa = candidate;
+        known = true;
+      }
+    }
+    if (!known) {
+      throw InvalidArgument(format_where(
+          "cpu", std::string("unknown instruction set: expected scalar, avx2, avx512, avx512vnni, neon, "
+                             "neon_dotprod, neon_i8mm or best, got '") +
+                     name + "'"));
+    }
   }
   if (!isa_supported(isa)) {
     throw InvalidArgument(format_where(

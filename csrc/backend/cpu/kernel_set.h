@@ -2,9 +2,9 @@
 // them. A table is immutable static data; which tables this CPU may use is
 // decided once (function-local static) and never changes afterwards.
 //
-// This header is included by the *_avx2.cpp / *_avx512.cpp files, so it holds
-// declarations and plain data only (no inline code that the linker could
-// share with baseline-ISA translation units).
+// This header is included by the *_avx2.cpp / *_avx512*.cpp / *_neon.cpp
+// files, so it holds declarations and plain data only (no inline code that
+// the linker could share with baseline-ISA translation units).
 #pragma once
 
 #include <cstddef>
@@ -12,8 +12,14 @@
 
 namespace muser::cpu {
 
-// Avx512 means F/BW/VL/DQ; Avx512Vnni adds the VNNI int8 dot product.
-enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni };
+// x86-64: Avx512 means F/BW/VL/DQ; Avx512Vnni adds the VNNI int8 dot
+// product. arm64: Neon is the baseline Advanced SIMD every arm64 CPU has;
+// NeonDotprod adds SDOT (FEAT_DotProd), NeonI8mm adds SMMLA (FEAT_I8MM).
+enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni, Neon, NeonDotprod, NeonI8mm };
+
+// Every instruction set, slowest first within each architecture.
+constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2,       Isa::Avx512,  Isa::Avx512Vnni,
+                            Isa::Neon,   Isa::NeonDotprod, Isa::NeonI8mm};
 
 // Computes a tile of weight-row x activation-row dot products:
 //
@@ -41,10 +47,35 @@ using QuantizeFn = void (*)(const float* x, uint8_t* dst, size_t n);
 constexpr uint32_t kMaxTypeId = 32;
 constexpr uint32_t kActivationFormats = 4;
 
+// Weight rows a packed layout interleaves into one group (matmul splits
+// output rows in multiples of this).
+constexpr size_t kPackedRows = 16;
+
+// A packed tile: like TileFn, but the weights are in the table's packed
+// layout for the type, `packed` points at the group that holds the tile's
+// first weight row (a multiple of kPackedRows), and n_w_rows results are
+// written per activation row. Same contract as TileFn.
+using PackedTileFn = void (*)(size_t n, const uint8_t* packed, size_t n_w_rows, const uint8_t* act,
+                              size_t act_row_bytes, size_t n_act_rows, float* y, size_t y_stride);
+
+// A weight layout a table repacks a type into once, at load (see
+// packed_weights.h), because its kernels run faster on it than on the GGUF
+// blocks. Only present (group_bytes != null) for the types and instruction
+// sets that gain.
+struct PackedKernel {
+  // Bytes of one group of kPackedRows rows of n elements.
+  size_t (*group_bytes)(size_t n);
+  // Packs rows [0, n_w_rows) (at most kPackedRows, w_row_bytes apart, GGUF
+  // blocks) into one group at dst; missing rows are zero-filled.
+  void (*pack_group)(size_t n, const uint8_t* w, size_t w_row_bytes, size_t n_w_rows, uint8_t* dst);
+  PackedTileFn tile;
+};
+
 struct KernelSet {
   Isa isa;
   TileFn tile[kMaxTypeId];
   QuantizeFn quantize[kActivationFormats];
+  PackedKernel packed[kMaxTypeId];
 };
 
 // The kernel tables, one per instruction set. Only call the SIMD ones after
@@ -53,6 +84,9 @@ const KernelSet& scalar_kernel_set();
 const KernelSet& avx2_kernel_set();
 const KernelSet& avx512_kernel_set();
 const KernelSet& avx512vnni_kernel_set();
+const KernelSet& neon_kernel_set();
+const KernelSet& neon_dotprod_kernel_set();
+const KernelSet& neon_i8mm_kernel_set();
 
 const char* isa_name(Isa isa);
 // Whether this CPU (and this build) can run `isa`. Scalar always can.
@@ -61,7 +95,8 @@ bool isa_supported(Isa isa);
 Isa best_isa();
 // The table for `isa`; throws InvalidArgument when this CPU cannot run it.
 const KernelSet& kernel_set(Isa isa);
-// Parses "scalar" / "avx2" / "avx512" / "avx512vnni" / "best"; throws InvalidArgument for
+// Parses "scalar" / "avx2" / "avx512" / "avx512vnni" / "neon" / "neon_dotprod" /
+// "neon_i8mm" / "best" (an isa_name or "best"); throws InvalidArgument for
 // other names and for instruction sets this CPU cannot run.
 Isa parse_isa(const char* name);
 

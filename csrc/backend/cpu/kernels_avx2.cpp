@@ -17,10 +17,12 @@ namespace muser::cpu {
 namespace {
 
 #include "backend/cpu/x86_kernels_256.inc"
+#include "backend/cpu/x86_kernels_256_packed.inc"
 
 constexpr KernelSet make_avx2_set() {
-  KernelSet set{Isa::Avx2, {}, {}};
+  KernelSet set{Isa::Avx2, {}, {}, {}};
   set_quantizers(set);
+  set_packed256_kernels(set);
   set.tile[0] = tile_rows<FloatKernel256<FloatF32>>;    // F32
   set.tile[1] = tile_rows<FloatKernel256<FloatF16>>;    // F16
   set.tile[30] = tile_rows<FloatKernel256<FloatBF16>>;  // BF16

@@ -18,8 +18,15 @@ namespace {
 
 #include "backend/cpu/x86_kernels_256.inc"
 #include "backend/cpu/x86_kernels_512.inc"
+#include "backend/cpu/x86_kernels_256_packed.inc"
 
-constexpr KernelSet kSet = make_avx512_set(Isa::Avx512);
+constexpr KernelSet make_avx512_without_vnni_set() {
+  KernelSet set = make_avx512_set(Isa::Avx512);
+  set_packed256_kernels(set);
+  return set;
+}
+
+constexpr KernelSet kSet = make_avx512_without_vnni_set();
 
 }  // namespace
 

@@ -18,8 +18,15 @@ namespace {
 
 #include "backend/cpu/x86_kernels_256.inc"
 #include "backend/cpu/x86_kernels_512.inc"
+#include "backend/cpu/x86_kernels_512_packed.inc"
 
-constexpr KernelSet kSet = make_avx512_set(Isa::Avx512Vnni);
+constexpr KernelSet make_avx512vnni_set() {
+  KernelSet set = make_avx512_set(Isa::Avx512Vnni);
+  set_packed_kernels(set);
+  return set;
+}
+
+constexpr KernelSet kSet = make_avx512vnni_set();
 
 }  // namespace
 

@@ -32,7 +32,7 @@ void scalar_quantize(const float* x, uint8_t* dst, size_t n) {
 }
 
 constexpr KernelSet make_scalar_set() {
-  KernelSet set{Isa::Scalar, {}, {}};
+  KernelSet set{Isa::Scalar, {}, {}, {}};
   set.quantize[static_cast<uint32_t>(ActivationFormat::F32)] = scalar_quantize<ActivationFormat::F32>;
   set.quantize[static_cast<uint32_t>(ActivationFormat::Q8_0)] = scalar_quantize<ActivationFormat::Q8_0>;
   set.quantize[static_cast<uint32_t>(ActivationFormat::Q8_1)] = scalar_quantize<ActivationFormat::Q8_1>;

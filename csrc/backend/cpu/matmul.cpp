@@ -16,6 +16,7 @@ namespace {
 // Output rows per parallel task are a multiple of this (the SIMD tiles work
 // on groups of up to 4 weight rows).
 constexpr size_t kChunkGranule = 16;
+static_assert(kChunkGranule % kPackedRows == 0, "packed tiles start on a group boundary");
 // Tasks per thread for load balance (the work per row is uniform, but the
 // machine is shared with other processes).
 constexpr size_t kTasksPerThread = 4;
@@ -54,7 +55,8 @@ void require_2d(const TensorInfo& w, const char* where) {
 
 }  // namespace
 
-MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t threads) {
+MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
+                          const PackedWeight* pack) {
   require_2d(w, "matmul");
   const uint32_t type_id = static_cast<uint32_t>(w.type);
   MatmulJob job;
@@ -77,6 +79,12 @@ MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t 
   size_t chunk = (job.n_out + threads * kTasksPerThread - 1) / (threads * kTasksPerThread);
   job.chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
   job.n_chunks = (job.n_out + job.chunk - 1) / job.chunk;
+  if (pack != nullptr && &pack->source() == &w && &pack->kernels() == &kernels) {
+    // Chunks start on a group boundary (kChunkGranule is a multiple of kPackedRows).
+    job.packed_tile = pack->kernel().tile;
+    job.packed = pack->data();
+    job.packed_group_bytes = pack->group_bytes();
+  }
   return job;
 }
 
@@ -91,12 +99,40 @@ void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y)
   // and may reorganize the activation rows once per call.
   const size_t first = c * chunk;
   const size_t rows = std::min(n_out, first + chunk) - first;
+  if (packed_tile != nullptr) {
+    packed_tile(n_in, packed + first / kPackedRows * packed_group_bytes, rows, act, act_row_bytes, n_rows,
+                y + first, n_out);
+    return;
+  }
   tile(n_in, w + first * w_row_bytes, w_row_bytes, rows, act, act_row_bytes, n_rows, y + first, n_out);
 }
 
+namespace {
+
+void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, ThreadPool& pool);
+
+}  // namespace
+
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
             const KernelSet& kernels) {
-  const MatmulJob job = MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size()));
+  run_matmul(MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size())), x, n_rows, y, pool);
+}
+
+void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
+  run_matmul(MatmulJob::plan(w.source(), w.kernels(), static_cast<size_t>(pool.size()), &w), x, n_rows, y,
+             pool);
+}
+
+void matmul(const TensorInfo& w, const PackedWeights& packs, const float* x, size_t n_rows, float* y,
+            ThreadPool& pool) {
+  const PackedWeight* pack = packs.find(w);
+  const KernelSet& kernels = pack != nullptr ? pack->kernels() : kernel_set(best_isa());
+  run_matmul(MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size()), pack), x, n_rows, y, pool);
+}
+
+namespace {
+
+void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
   if (n_rows == 0) return;
   AlignedBytes act = allocate_aligned(job.act_row_bytes * n_rows);
   if (n_rows <= kQuantizeRowsPerTask || pool.size() == 1) {
@@ -111,6 +147,8 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
   const uint8_t* act_bytes = act.get();
   pool.parallel_for(job.n_chunks, [&](size_t c, int) { job.run_chunk(c, act_bytes, n_rows, y); });
 }
+
+}  // namespace
 
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
   matmul(w, x, n_rows, y, pool, kernel_set(best_isa()));

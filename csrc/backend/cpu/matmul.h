@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "backend/cpu/kernel_set.h"
+#include "backend/cpu/packed_weights.h"
 #include "core/thread_pool.h"
 #include "weights/gguf_file.h"
 
@@ -48,10 +49,17 @@ struct MatmulJob {
   size_t act_row_bytes = 0;
   size_t chunk = 0;     // output rows per tile task
   size_t n_chunks = 0;  // tile tasks
+  // Set when the weight is read from its pack (packed_weights.h): group g of
+  // kPackedRows rows at packed + g * packed_group_bytes.
+  PackedTileFn packed_tile = nullptr;
+  const uint8_t* packed = nullptr;
+  size_t packed_group_bytes = 0;
 
   // Validates w (InvalidArgument as matmul does) and sizes the tiles for
-  // `threads` threads.
-  static MatmulJob plan(const TensorInfo& w, const KernelSet& kernels, size_t threads);
+  // `threads` threads. With `pack` (w's pack, made with `kernels`; otherwise
+  // ignored) the tiles read the pack.
+  static MatmulJob plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
+                        const PackedWeight* pack = nullptr);
   // act row r = quantized x row r, for r in [first, last).
   void quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const;
   // y[:, chunk c] for all n_rows rows of act.
@@ -62,5 +70,15 @@ struct MatmulJob {
 // (tests compare instruction sets; benchmarks time them). Same contract.
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
             const KernelSet& kernels);
+
+// matmul on a packed copy of a weight, with the table that packed it. The
+// results are the kernels' for that table and layout (for the packed VNNI
+// layouts: bitwise ref::vec_dot); same contract.
+void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool);
+
+// matmul of w through its pack in `packs` when it has one, else with the
+// best table on the GGUF blocks.
+void matmul(const TensorInfo& w, const PackedWeights& packs, const float* x, size_t n_rows, float* y,
+            ThreadPool& pool);
 
 }  // namespace muser::cpu
