@@ -31,7 +31,7 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections import Counter
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -71,15 +71,21 @@ class MuserServer:
         except Exception:  # constructed outside Serve (tests of the class itself)
             self.replica_id = f"local-{os.getpid()}"
         self._stats_name = stats_name
-        # How requests on this replica ended: completed / cancelled / failed.
-        self._outcomes: Counter[str] = Counter()
-        self._outcomes_lock = threading.Lock()
         self._report()
+        if stats_name is not None:
+            # Requests end on their own threads after the calls above return
+            # (a cancelled stream's producer, a slot's release): a light poll
+            # posts what changed, so the board always catches up.
+            threading.Thread(target=self._post_changes, name="muser-replica-stats", daemon=True).start()
 
-    def _ended(self, outcome: str) -> None:
-        with self._outcomes_lock:
-            self._outcomes[outcome] += 1
-        self._report()
+    def _post_changes(self, period_s: float = 0.5) -> None:
+        posted = None
+        while True:
+            time.sleep(period_s)
+            stats = self.stats()
+            if stats != posted:
+                report_stats(self._stats_name, self.replica_id, stats)
+                posted = stats
 
     # -- generation -----------------------------------------------------------
 
@@ -90,14 +96,8 @@ class MuserServer:
         future = self._executor.submit(call, self.pool, *args, cancel=token, **kwargs)
         self._report()
 
-        def ended(done: concurrent.futures.Future) -> None:
-            if done.cancelled():  # cancelled before a thread picked it up: it never ran
-                self._ended("cancelled")
-                return
-            error = done.exception()
-            self._ended("completed" if error is None else "cancelled" if token.cancelled else "failed")
-
-        future.add_done_callback(ended)
+        # The pool counts how requests end (stats()["requests"]); post them when this one has.
+        future.add_done_callback(lambda _: self._report())
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -110,7 +110,6 @@ class MuserServer:
         started = self._executor.submit(start, self.pool, *args, cancel=token, **kwargs)
         pending: concurrent.futures.Future = started
         iterator = None
-        outcome = "cancelled"  # unless the stream runs to its end or fails
         try:
             iterator = await asyncio.wrap_future(started)
             first = True
@@ -118,15 +117,11 @@ class MuserServer:
                 pending = self._executor.submit(next, iterator, _DONE)
                 chunk = await asyncio.wrap_future(pending)
                 if chunk is _DONE:
-                    outcome = "completed"
                     return
                 if first:  # it holds a slot now: post that
                     first = False
                     self._report()
                 yield chunk
-        except Exception:
-            outcome = "failed"
-            raise
         finally:
             # Reached when the stream ends, fails, or the caller cancels or
             # drops it (Ray cancels this generator). The token ends the request
@@ -141,7 +136,7 @@ class MuserServer:
                     stream = None
                 if stream is not None:
                     stream.close()
-                self._ended(outcome)
+                self._report()
 
             pending.add_done_callback(close)
 
@@ -190,10 +185,9 @@ class MuserServer:
     # -- operations -------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """This replica's id and its pool's telemetry (``SlotPool.stats()``)."""
-        with self._outcomes_lock:
-            outcomes = dict(self._outcomes)
-        return {"replica": self.replica_id, "pid": os.getpid(), "requests": outcomes, **self.pool.stats()}
+        """This replica's id and its pool's telemetry (``SlotPool.stats()``: admissions,
+        request outcomes, reused prefix tokens, ...)."""
+        return {"replica": self.replica_id, "pid": os.getpid(), **self.pool.stats()}
 
     def mark_unhealthy(self, reason: str = "marked unhealthy by an operator") -> str:
         """Latch this replica's pool unhealthy: its health check fails and Ray
