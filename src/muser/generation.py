@@ -119,7 +119,7 @@ def _make_options(
     context_shift: bool = False,
     n_keep: int = 0,
     timeout: float | None = None,
-    consumer_timeout: float = CONSUMER_TIMEOUT_S,
+    consumer_timeout: float | None = CONSUMER_TIMEOUT_S,
     special: bool = False,
     logits_processors: Sequence[LogitsProcessor] | None = None,
     stopping_criteria: Sequence[StoppingCriterion] | None = None,

@@ -188,7 +188,8 @@ def check_seed(seed: Any, n: int = 1) -> int | None:
             f"seed must be in [0, {MAX_SEED - (n - 1)}] (32-bit, as llama.cpp; "
             f"{n} completion(s) use seed .. seed + {n - 1}), got {seed}"
         )
-    return seed
+    checked: int = seed
+    return checked
 
 
 def check_threads(threads: Any) -> int | None:

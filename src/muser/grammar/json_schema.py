@@ -384,7 +384,7 @@ class _Converter:
         if isinstance(items, list):  # draft 4-7 tuple form
             prefix, items = items, schema.get("additionalItems", False)
         prefix = prefix or []
-        lo = _count(schema, "minItems", hint, 0)
+        lo = _count(schema, "minItems", hint, 0) or 0
         hi = _count(schema, "maxItems", hint, None)
         k = len(prefix)
         if items is None:
@@ -433,7 +433,7 @@ class _Converter:
             return self.define(hint, f'"\\"" ({body}) "\\""')
         if fmt in _FORMATS:
             return self.define(f"{fmt}-string", f'"\\"" {self.primitive(fmt)} "\\""')
-        lo = _count(schema, "minLength", hint, 0)
+        lo = _count(schema, "minLength", hint, 0) or 0
         hi = _count(schema, "maxLength", hint, None)
         if lo == 0 and hi is None:
             return self.primitive("string")
@@ -524,7 +524,7 @@ _KEYWORD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 _COUNT_KEYWORDS = ("minItems", "maxItems", "minLength", "maxLength")
 
 
-def _check_keywords(schema: dict, hint: str) -> None:
+def _check_keywords(schema: dict[str, Any], hint: str) -> None:
     for key, (types, wanted) in _KEYWORD_TYPES.items():
         if key in schema:
             value = schema[key]
@@ -538,14 +538,14 @@ def _check_keywords(schema: dict, hint: str) -> None:
         _count(schema, key, hint, None)
     if "required" in schema and not all(isinstance(name, str) for name in schema["required"]):
         raise GrammarError(f"'required' at '{hint}' must be a list of strings")
-    types = schema.get("type")
-    if types is not None and not isinstance(types, str) and not (
-        isinstance(types, list) and all(isinstance(t, str) for t in types)
+    type_names = schema.get("type")
+    if type_names is not None and not isinstance(type_names, str) and not (
+        isinstance(type_names, list) and all(isinstance(t, str) for t in type_names)
     ):
-        raise GrammarError(f"'type' at '{hint}' must be a string or a list of strings, got {types!r}")
+        raise GrammarError(f"'type' at '{hint}' must be a string or a list of strings, got {type_names!r}")
 
 
-def _count(schema: dict, key: str, hint: str, default: int | None) -> int | None:
+def _count(schema: dict[str, Any], key: str, hint: str, default: int | None) -> int | None:
     """A non-negative integer keyword (minItems, maxLength, ...); 3.0 counts as 3."""
     if key not in schema:
         return default
