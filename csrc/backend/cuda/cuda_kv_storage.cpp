@@ -77,6 +77,25 @@ void CudaKvStorage::grow(size_t global_rows, size_t ring_rows) {
   reallocate(global_cap, ring_cap, *this, global_cap_, ring_cap_);
 }
 
+void CudaKvStorage::read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const {
+  const KvLayerDesc& d = layout_.layers[il];
+  const uint8_t* base = planes_.as<const uint8_t>();
+  const uint8_t* k_row = base + plane_offset(il, false, global_cap_, ring_cap_) + row * d.k_width * 2;
+  const uint8_t* v_row = base + plane_offset(il, true, global_cap_, ring_cap_) + row * d.v_width * 2;
+  // Device-to-host cudaMemcpy returns once the bytes are on the host.
+  check_cuda(cudaMemcpy(k, k_row, d.k_width * 2, cudaMemcpyDeviceToHost), "read a KV row");
+  check_cuda(cudaMemcpy(v, v_row, d.v_width * 2, cudaMemcpyDeviceToHost), "read a KV row");
+}
+
+void CudaKvStorage::write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) {
+  const KvLayerDesc& d = layout_.layers[il];
+  uint8_t* base = planes_.as<uint8_t>();
+  copy_to_device(base + plane_offset(il, false, global_cap_, ring_cap_) + row * d.k_width * 2, k, d.k_width * 2,
+                 "write a KV row");
+  copy_to_device(base + plane_offset(il, true, global_cap_, ring_cap_) + row * d.v_width * 2, v, d.v_width * 2,
+                 "write a KV row");
+}
+
 std::unique_ptr<KvStorage> CudaKvStorage::clone(size_t global_rows) const {
   auto copy = std::make_unique<CudaKvStorage>(layout_);
   const size_t keep_global = std::min(global_rows, global_cap_);

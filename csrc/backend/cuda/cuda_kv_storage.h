@@ -29,6 +29,11 @@ class CudaKvStorage final : public KvStorage {
   void grow(size_t global_rows, size_t ring_rows) override;
   std::unique_ptr<KvStorage> clone(size_t global_rows) const override;
   size_t bytes() const override { return planes_.bytes() + table_.bytes(); }
+  // Saved sessions (KvState::export_kv/import_kv): one row of layer il
+  // between the device planes and host f16 rows; blocking, between steps.
+  std::unique_ptr<KvStorage> empty() const override { return std::make_unique<CudaKvStorage>(layout_); }
+  void read_row(uint32_t il, size_t row, uint16_t* k, uint16_t* v) const override;
+  void write_row(uint32_t il, size_t row, const uint16_t* k, const uint16_t* v) override;
 
   const uint16_t* const* device_table() const { return table_.as<const uint16_t* const>(); }
 
