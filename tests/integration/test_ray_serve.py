@@ -79,7 +79,7 @@ def _live_stats():
 
 
 def _requests(stats, outcome: str) -> int:
-    return sum(s["requests"].get(outcome, 0) for s in stats.values())
+    return sum(s["replica_requests"].get(outcome, 0) for s in stats.values())
 
 
 def test_a_replica_generates_what_a_local_engine_generates_for_the_same_seed(cluster, smollm2_path):

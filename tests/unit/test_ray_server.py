@@ -49,7 +49,7 @@ def test_generate_stream_and_chat_match_the_local_api(server):
     assert text == muser.generate(local, PROMPT, max_tokens=6, temperature=0)
     assert "".join(c.text for c in chunks) == text and chunks[-1].finish_reason in ("stop", "length")
     assert reply == muser.chat(local, [{"role": "user", "content": "hi"}], max_tokens=4, temperature=0)
-    _wait_until(lambda: server.stats()["requests"]["finished"] == 3)
+    _wait_until(lambda: server.stats()["replica_requests"].get("completed") == 3)
 
 
 def test_a_dropped_stream_cancels_its_request_and_frees_the_slot(server):
@@ -62,7 +62,7 @@ def test_a_dropped_stream_cancels_its_request_and_frees_the_slot(server):
     with server.engine.record_schedule() as log:
         asyncio.run(run())
         _wait_until(lambda: server.stats()["admission"]["in_use"] == 0)
-    assert server.stats()["requests"]["cancelled"] == 1
+    assert server.stats()["replica_requests"] == {"cancelled": 1}
     (request,) = log.requests
     assert request.outcome == "cancelled"
     check_all(log)
@@ -77,8 +77,8 @@ def test_a_cancelled_generate_cancels_its_request_and_frees_the_slot(server):
             await task
 
     asyncio.run(run())
-    _wait_until(lambda: server.stats()["admission"]["in_use"] == 0 and server.stats()["requests"]["cancelled"])
-    assert server.stats()["requests"]["cancelled"] == 1 and server.stats()["requests"]["finished"] == 0
+    _wait_until(lambda: server.stats()["admission"]["in_use"] == 0 and server.stats()["replica_requests"])
+    assert server.stats()["replica_requests"] == {"cancelled": 1}
 
 
 def test_the_health_check_fails_once_the_pool_latched_unhealthy(server):

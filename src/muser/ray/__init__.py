@@ -33,7 +33,7 @@ Example (muser ships no HTTP server; a FastAPI ingress would be yours)::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 try:
     import ray  # noqa: F401
@@ -75,7 +75,7 @@ def deployment(
     app_name: str = "default",
     engine_options: dict[str, Any] | None = None,
     **deployment_options: Any,
-):
+) -> Any:
     """A Ray Serve application of muser replicas, ready for ``serve.run``.
 
     Args:
@@ -110,9 +110,9 @@ def deployment(
     }
     if prefix_routing:
         options["request_router_config"] = RequestRouterConfig(
-            request_router_class=PrefixAffinityRouter, request_router_kwargs=dict(router_options or {}))
+            request_router_class=cast(Any, PrefixAffinityRouter), request_router_kwargs=dict(router_options or {}))
     options.update(deployment_options)
-    server = serve.deployment(MuserServer).options(**options)
+    server = cast(Any, serve.deployment)(MuserServer).options(**options)
     return server.bind(model, backend=backend, threads=threads, slots=slots, max_waiting=max_waiting,
                        max_context=max_context, engine_options=engine_options,
                        stats_name=board_name(app_name, name))

@@ -23,7 +23,7 @@ freely as its handle.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ray import exceptions as ray_exceptions
 from ray.serve.exceptions import BackPressureError
@@ -63,10 +63,10 @@ class Client:
         handle: the ``DeploymentHandle`` that ``serve.run(muser.ray.deployment(...))`` returned.
     """
 
-    def __init__(self, handle) -> None:
+    def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    def _result(self, response):
+    def _result(self, response: Any) -> Any:
         try:
             return response.result()
         except Exception as exc:
@@ -77,9 +77,9 @@ class Client:
 
     def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> str | list[str]:
         """``muser.generate`` on a replica. Raises muser's errors (see the module docstring)."""
-        return self._result(self.handle.generate.remote(prompt, **kwargs))
+        return cast("str | list[str]", self._result(self.handle.generate.remote(prompt, **kwargs)))
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: bool = False, **kwargs: Any):
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: bool = False, **kwargs: Any) -> Any:
         """``muser.chat`` on a replica; ``stream=True`` gives an iterator of chunks."""
         if stream:
             return self._iterate(self.handle.options(stream=True).chat_stream.remote(messages, **kwargs))
@@ -90,7 +90,7 @@ class Client:
         return self._iterate(self.handle.options(stream=True).stream.remote(prompt, **kwargs))
 
     def create_chat_completion(self, messages: Sequence[Mapping[str, Any]], *, stream: bool = False,
-                               **kwargs: Any):
+                               **kwargs: Any) -> Any:
         """``muser.openai.create_chat_completion`` on a replica: a ``chat.completion`` dict, or with
         ``stream=True`` an iterator of ``chat.completion.chunk`` dicts (closing it cancels the request)."""
         if stream:
@@ -98,13 +98,13 @@ class Client:
                                                                                                        **kwargs))
         return self._result(self.handle.create_chat_completion.remote(messages, **kwargs))
 
-    def create_completion(self, prompt: str | Sequence[int], *, stream: bool = False, **kwargs: Any):
+    def create_completion(self, prompt: str | Sequence[int], *, stream: bool = False, **kwargs: Any) -> Any:
         """``muser.openai.create_completion`` on a replica (``stream=True``: an iterator of chunk dicts)."""
         if stream:
             return self._iterate(self.handle.options(stream=True).create_completion_stream.remote(prompt, **kwargs))
         return self._result(self.handle.create_completion.remote(prompt, **kwargs))
 
-    def _iterate(self, responses) -> Iterator[Any]:
+    def _iterate(self, responses: Any) -> Iterator[Any]:
         finished = False
         try:
             for chunk in responses:
@@ -124,7 +124,7 @@ class Client:
         """``await``-able :meth:`generate`; cancelling the awaiting task cancels the request."""
         response = self.handle.generate.remote(prompt, **kwargs)
         try:
-            return await response
+            return cast("str | list[str]", await response)
         except Exception as exc:
             translated = _translate(exc)
             if translated is None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ray.serve.request_router import (
+from ray.serve.request_router import (  # type: ignore[attr-defined]  # ReplicaResult is not re-exported
     PendingRequest,
     ReplicaID,
     ReplicaResult,
@@ -65,7 +65,7 @@ def routing_key(method: str, args: Any, kwargs: Any) -> str | tuple[int, ...] | 
     return None
 
 
-def shared_prefix(a, b) -> int:
+def shared_prefix(a: Any, b: Any) -> int:
     """Length of the common prefix of two keys of the same kind (0 across kinds)."""
     if type(a) is not type(b):
         return 0
@@ -102,11 +102,11 @@ class PrefixAffinityRouter(RequestRouter):
     """
 
     def initialize_state(self, min_shared_prefix: int = 16, max_imbalance: int = 2, remembered: int = 16,
-                         **kwargs) -> None:
+                         **kwargs: Any) -> None:
         self._min_shared_prefix = int(min_shared_prefix)
         self._max_imbalance = int(max_imbalance)
         self._remembered = int(remembered)
-        self._recent: dict[ReplicaID, deque] = {}
+        self._recent: dict[ReplicaID, deque[Any]] = {}
         self.affinity_routed = 0
         self.load_routed = 0
 
@@ -114,7 +114,7 @@ class PrefixAffinityRouter(RequestRouter):
         queue_len = self.replica_queue_len_cache.get(replica.replica_id)
         return 0 if queue_len is None else queue_len
 
-    def _preferred(self, candidates: list[RunningReplica], key) -> RunningReplica | None:
+    def _preferred(self, candidates: list[RunningReplica], key: Any) -> RunningReplica | None:
         best, best_shared = None, 0
         for replica in candidates:
             shared = max((shared_prefix(key, k) for k in self._recent.get(replica.replica_id, ())), default=0)

@@ -32,8 +32,9 @@ import concurrent.futures
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
 
 import muser
 from muser.ray.stats import report_stats
@@ -71,6 +72,9 @@ class MuserServer:
         except Exception:  # constructed outside Serve (tests of the class itself)
             self.replica_id = f"local-{os.getpid()}"
         self._stats_name = stats_name
+        # How requests on this replica ended: completed / cancelled / failed.
+        self._outcomes: Counter[str] = Counter()
+        self._outcomes_lock = threading.Lock()
         self._report()
         if stats_name is not None:
             # Requests end on their own threads after the calls above return
@@ -79,37 +83,49 @@ class MuserServer:
             threading.Thread(target=self._post_changes, name="muser-replica-stats", daemon=True).start()
 
     def _post_changes(self, period_s: float = 0.5) -> None:
-        posted = None
+        posted: dict[str, Any] | None = None
         while True:
             time.sleep(period_s)
             stats = self.stats()
-            if stats != posted:
+            if stats != posted and self._stats_name is not None:
                 report_stats(self._stats_name, self.replica_id, stats)
                 posted = stats
 
+    def _ended(self, outcome: str) -> None:
+        with self._outcomes_lock:
+            self._outcomes[outcome] += 1
+        self._report()
+
     # -- generation -----------------------------------------------------------
 
-    async def _run(self, call, *args, **kwargs):
+    async def _run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking muser call on the replica's threads; a cancelled
         caller cancels the request (its slot is freed) instead of leaving it running."""
         token = muser.CancelToken()
         future = self._executor.submit(call, self.pool, *args, cancel=token, **kwargs)
         self._report()
 
-        # The pool counts how requests end (stats()["requests"]); post them when this one has.
-        future.add_done_callback(lambda _: self._report())
+        def ended(done: concurrent.futures.Future[Any]) -> None:
+            if done.cancelled():  # cancelled before a thread picked it up: it never ran
+                self._ended("cancelled")
+                return
+            error = done.exception()
+            self._ended("completed" if error is None else "cancelled" if token.cancelled else "failed")
+
+        future.add_done_callback(ended)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             token.cancel()
             raise
 
-    async def _chunks(self, start, *args, **kwargs) -> AsyncIterator[muser.GenerationChunk]:
+    async def _chunks(self, start: Callable[..., Any], *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         token = muser.CancelToken()
         # Starting tokenizes the prompt: on a pool thread, not the event loop.
         started = self._executor.submit(start, self.pool, *args, cancel=token, **kwargs)
-        pending: concurrent.futures.Future = started
+        pending: concurrent.futures.Future[Any] = started
         iterator = None
+        outcome = "cancelled"  # unless the stream runs to its end or fails
         try:
             iterator = await asyncio.wrap_future(started)
             first = True
@@ -117,11 +133,15 @@ class MuserServer:
                 pending = self._executor.submit(next, iterator, _DONE)
                 chunk = await asyncio.wrap_future(pending)
                 if chunk is _DONE:
+                    outcome = "completed"
                     return
                 if first:  # it holds a slot now: post that
                     first = False
                     self._report()
                 yield chunk
+        except Exception:
+            outcome = "failed"
+            raise
         finally:
             # Reached when the stream ends, fails, or the caller cancels or
             # drops it (Ray cancels this generator). The token ends the request
@@ -129,54 +149,54 @@ class MuserServer:
             # the call in flight (starting it, or one step) has returned.
             token.cancel()
 
-            def close(_=None) -> None:
+            def close(_: Any = None) -> None:
                 try:
                     stream = iterator if iterator is not None else started.result()
                 except BaseException:  # it never started: nothing to close
                     stream = None
                 if stream is not None:
                     stream.close()
-                self._report()
+                self._ended(outcome)
 
             pending.add_done_callback(close)
 
-    async def generate(self, prompt, **kwargs) -> str | list[str]:
+    async def generate(self, prompt: Any, **kwargs: Any) -> str | list[str]:
         """``muser.generate`` on this replica's pool (``n`` completions up to its slots)."""
-        return await self._run(muser.generate, prompt, **kwargs)
+        return cast("str | list[str]", await self._run(muser.generate, prompt, **kwargs))
 
-    async def stream(self, prompt, **kwargs) -> AsyncIterator[muser.GenerationChunk]:
+    async def stream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[muser.GenerationChunk]:
         """``muser.stream`` on this replica's pool; call with ``handle.options(stream=True)``."""
         async for chunk in self._chunks(muser.stream, prompt, **kwargs):
             yield chunk
 
-    async def chat(self, messages, **kwargs) -> str | list[str]:
+    async def chat(self, messages: Any, **kwargs: Any) -> str | list[str]:
         """``muser.chat`` on this replica's pool."""
-        return await self._run(muser.chat, messages, **kwargs)
+        return cast("str | list[str]", await self._run(muser.chat, messages, **kwargs))
 
-    async def chat_stream(self, messages, **kwargs) -> AsyncIterator[muser.GenerationChunk]:
+    async def chat_stream(self, messages: Any, **kwargs: Any) -> AsyncIterator[muser.GenerationChunk]:
         """``muser.chat(..., stream=True)`` on this replica's pool; call with ``handle.options(stream=True)``."""
         async for chunk in self._chunks(_chat_stream, messages, **kwargs):
             yield chunk
 
-    async def create_chat_completion(self, messages, **kwargs) -> dict[str, Any]:
+    async def create_chat_completion(self, messages: Any, **kwargs: Any) -> dict[str, Any]:
         """``muser.openai.create_chat_completion``: a ``chat.completion`` dict.
         For ``stream=True`` call ``create_chat_completion_stream`` instead."""
         _refuse_stream(kwargs, "create_chat_completion_stream")
-        return await self._run(muser.openai.create_chat_completion, messages, **kwargs)
+        return cast("dict[str, Any]", await self._run(muser.openai.create_chat_completion, messages, **kwargs))
 
-    async def create_chat_completion_stream(self, messages, **kwargs) -> AsyncIterator[dict[str, Any]]:
+    async def create_chat_completion_stream(self, messages: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         """``chat.completion.chunk`` dicts; call with ``handle.options(stream=True)``."""
         _refuse_stream(kwargs, "create_chat_completion_stream")
         async for chunk in self._chunks(_streaming(muser.openai.create_chat_completion), messages, **kwargs):
             yield chunk
 
-    async def create_completion(self, prompt, **kwargs) -> dict[str, Any]:
+    async def create_completion(self, prompt: Any, **kwargs: Any) -> dict[str, Any]:
         """``muser.openai.create_completion``: a ``text_completion`` dict.
         For ``stream=True`` call ``create_completion_stream`` instead."""
         _refuse_stream(kwargs, "create_completion_stream")
-        return await self._run(muser.openai.create_completion, prompt, **kwargs)
+        return cast("dict[str, Any]", await self._run(muser.openai.create_completion, prompt, **kwargs))
 
-    async def create_completion_stream(self, prompt, **kwargs) -> AsyncIterator[dict[str, Any]]:
+    async def create_completion_stream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         """``text_completion`` chunk dicts; call with ``handle.options(stream=True)``."""
         _refuse_stream(kwargs, "create_completion_stream")
         async for chunk in self._chunks(_streaming(muser.openai.create_completion), prompt, **kwargs):
@@ -185,9 +205,13 @@ class MuserServer:
     # -- operations -------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """This replica's id and its pool's telemetry (``SlotPool.stats()``: admissions,
-        request outcomes, reused prefix tokens, ...)."""
-        return {"replica": self.replica_id, "pid": os.getpid(), **self.pool.stats()}
+        """This replica's id, how its requests ended (``replica_requests``:
+        completed / cancelled / failed, as seen at the Ray boundary) and its
+        pool's telemetry (``SlotPool.stats()``, whose own ``requests`` counts
+        the pool's view)."""
+        with self._outcomes_lock:
+            outcomes = dict(self._outcomes)
+        return {"replica": self.replica_id, "pid": os.getpid(), **self.pool.stats(), "replica_requests": outcomes}
 
     def mark_unhealthy(self, reason: str = "marked unhealthy by an operator") -> str:
         """Latch this replica's pool unhealthy: its health check fails and Ray
@@ -206,11 +230,11 @@ class MuserServer:
             report_stats(self._stats_name, self.replica_id, self.stats())
 
 
-def _chat_stream(pool, messages, **kwargs):
+def _chat_stream(pool: Any, messages: Any, **kwargs: Any) -> Any:
     return muser.chat(pool, messages, stream=True, **kwargs)
 
 
-def _streaming(create):
+def _streaming(create: Callable[..., Any]) -> Callable[..., Any]:
     return lambda pool, request, **kwargs: create(pool, request, stream=True, **kwargs)
 
 

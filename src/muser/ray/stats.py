@@ -10,7 +10,7 @@ last post, so totals count all the work done.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -38,11 +38,11 @@ def board_name(app_name: str, deployment_name: str) -> str:
 _boards: dict[str, Any] = {}  # handles this process already holds, by board name
 
 
-def _board(name: str, create: bool):
+def _board(name: str, create: bool) -> Any:
     if not create:
         return ray.get_actor(name, namespace=_NAMESPACE)
     if name not in _boards:
-        _boards[name] = _StatsBoard.options(name=name, namespace=_NAMESPACE, lifetime="detached",
+        _boards[name] = cast(Any, _StatsBoard).options(name=name, namespace=_NAMESPACE, lifetime="detached",
                                             get_if_exists=True).remote()
     return _boards[name]
 
@@ -62,7 +62,8 @@ def replica_stats(app_name: str = "default", deployment_name: str = "MuserServer
     Raises:
         ValueError: no replica of that deployment has reported yet.
     """
-    return ray.get(_board(board_name(app_name, deployment_name), create=False).snapshot.remote(), timeout=timeout)
+    snapshot = ray.get(_board(board_name(app_name, deployment_name), create=False).snapshot.remote(), timeout=timeout)
+    return cast("dict[str, dict[str, Any]]", snapshot)
 
 
 def reused_prefix_tokens(app_name: str = "default", deployment_name: str = "MuserServer") -> int:
