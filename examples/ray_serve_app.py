@@ -74,7 +74,7 @@ def main() -> None:
               f"{s['reused_prefix_tokens']} prompt tokens reused from cache")
     print(f"reused prompt tokens across replicas: {muser.ray.reused_prefix_tokens('muser-example')}")
     print(f"{len(replies)} requests in {elapsed:.1f} s")
-    serve.shutdown()
+    serve.shutdown()  # type: ignore[no-untyped-call]  # (ray's own function has no annotations)
     ray.shutdown()
 
 

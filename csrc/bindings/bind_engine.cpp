@@ -15,6 +15,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include "bindings/bindings.h"
+#include "bindings/blocking_call.h"
 #include "core/cancel_token.h"
 #include "bindings/python_values.h"
 #include "core/error.h"
@@ -145,17 +146,19 @@ void init_engine(nb::module_& m) {
           "prefill",
           [](Session& s, const std::vector<int64_t>& tokens, std::shared_ptr<CancelToken> cancel) {
             std::vector<int32_t> ids = token_ids(tokens, s.engine()->hparams().n_vocab, "prefill");
-            nb::gil_scoped_release release;
+            PythonSignals signals;
+            ReleasedGil release;
             s.prefill(ids, cancel.get());
           },
           nb::arg("tokens"), nb::arg("cancel").none() = nb::none(),
           "Append tokens (chunks of 512 rows, 64 while a decoder waits); releases the GIL.\n"
-          "A cancelled token stops it at a chunk boundary with Cancelled, state unchanged.")
+          "A cancelled token stops it at a chunk boundary with Cancelled, Ctrl-C with KeyboardInterrupt;\n"
+          "either way the state is unchanged.")
       .def(
           "decode",
           [](Session& s, int64_t token) {
             std::vector<int32_t> ids = token_ids({token}, s.engine()->hparams().n_vocab, "decode");
-            nb::gil_scoped_release release;
+            ReleasedGil release;
             s.decode(ids[0]);
           },
           nb::arg("token"), "Append one token; releases the GIL.")
@@ -163,7 +166,8 @@ void init_engine(nb::module_& m) {
           "truncate",
           [](Session& s, int64_t n) {
             if (n < 0) throw InvalidArgument("[session] truncate: expected n >= 0, got " + std::to_string(n));
-            nb::gil_scoped_release release;
+            PythonSignals signals;
+            ReleasedGil release;
             s.truncate(static_cast<size_t>(n));
           },
           nb::arg("n"), "Keep the first n tokens; logits become those of position n - 1.")
@@ -199,10 +203,28 @@ void init_engine(nb::module_& m) {
           "Next-token logits of the last position: a new float32 array (n_vocab,) the caller owns, "
           "or None before the first token.")
       .def_prop_ro("id", &Session::id, "This session's key in the engine's decode rotation.")
-      .def_prop_ro("tokens", &Session::tokens, "The token history (a copy).")
-      .def_prop_ro("n_past", &Session::n_past)
+      // The readers wait for the session's lock (held through a whole
+      // prefill), so they release the GIL like every other blocking call.
+      .def_prop_ro(
+          "tokens",
+          [](const Session& s) {
+            nb::gil_scoped_release release;
+            return s.tokens();
+          },
+          "The token history (a copy).")
+      .def_prop_ro("n_past",
+                   [](const Session& s) {
+                     nb::gil_scoped_release release;
+                     return s.n_past();
+                   })
       .def_prop_ro("max_context", &Session::max_context)
-      .def_prop_ro("kv_bytes", &Session::kv_bytes, "Bytes of memory the KV state holds.");
+      .def_prop_ro(
+          "kv_bytes",
+          [](const Session& s) {
+            nb::gil_scoped_release release;
+            return s.kv_bytes();
+          },
+          "Bytes of memory the KV state holds.");
 
   nb::class_<Engine>(m, "Engine", "A mapped GGUF model with its backend. Thread-safe.")
       .def(nb::new_([](const std::string& path, std::optional<int> threads, const std::string& backend,

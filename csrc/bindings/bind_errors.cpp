@@ -43,6 +43,8 @@ void init_errors(nb::module_& m) {
       raise_as("Unhealthy", e.what());
     } catch (const Timeout& e) {
       raise_with(PyExc_TimeoutError, e.what());
+    } catch (const DeviceMemoryError& e) {
+      raise_as("DeviceMemoryError", e.what());
     } catch (const InternalError& e) {
       raise_as("InternalError", e.what());
     }

@@ -412,6 +412,7 @@ void init_testing(nb::module_& m) {
   nb::module_ testing = m.def_submodule("_testing", "Internals for muser's own tests and benchmarks.");
   bind_testing_kernels(testing);
   bind_testing_thread_pool(testing);
+  bind_testing_cuda(testing);
 }
 
 }  // namespace muser::bindings

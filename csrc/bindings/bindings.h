@@ -11,6 +11,8 @@ void init_engine(nanobind::module_& m);
 void init_session_files(nanobind::module_& m);
 // Creates the `_testing` submodule (internals for tests and benchmarks).
 void init_testing(nanobind::module_& m);
+// The CUDA op entry points inside `_testing` (bind_testing_cuda.cpp).
+void bind_testing_cuda(nanobind::module_& testing);
 void init_scheduler(nanobind::module_& m);
 void init_schedule(nanobind::module_& m);
 void init_serve(nanobind::module_& m);

@@ -55,6 +55,13 @@ class Timeout : public Error {
   using Error::Error;
 };
 
+// An accelerator ran out of device memory (-> muser.DeviceMemoryError, a
+// MemoryError). The message names what was being allocated and for what.
+class DeviceMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A broken internal invariant. Thrown instead of asserting so the host
 // process never dies.
 class InternalError : public Error {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -15,7 +16,7 @@
 #if defined(__linux__)
 #include <sched.h>
 
-#include <fstream>
+#include <cstdio>
 #elif defined(__APPLE__)
 #include <sys/sysctl.h>
 #include <sys/types.h>
@@ -225,6 +226,23 @@ void ThreadPool::parallel_for(size_t n_tasks,
   }
 }
 
+#if defined(__linux__)
+namespace {
+// One non-negative integer from a sysfs file, or -1. C stdio rather than
+// std::ifstream: parsing a long through iostreams crashed inside libstdc++'s
+// locale facets on the GPU machine (gcc 13 image, extension built with the
+// static CUDA runtime), and a sysfs number needs no locale.
+long read_sysfs_long(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return -1;
+  long value = -1;
+  if (std::fscanf(f, "%ld", &value) != 1) value = -1;
+  std::fclose(f);
+  return value;
+}
+}  // namespace
+#endif
+
 int physical_core_count() {
   const int logical = static_cast<int>(std::thread::hardware_concurrency());
 #if defined(__linux__)
@@ -239,11 +257,9 @@ int physical_core_count() {
       if (!CPU_ISSET(cpu, &allowed)) continue;
       ++allowed_count;
       const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
-      std::ifstream package_file(base + "physical_package_id");
-      std::ifstream core_file(base + "core_id");
-      long package = -1;
-      long core = -1;
-      if (!(package_file >> package) || !(core_file >> core)) {
+      const long package = read_sysfs_long(base + "physical_package_id");
+      const long core = read_sysfs_long(base + "core_id");
+      if (package < 0 || core < 0) {
         cores.clear();
         break;  // topology unknown: fall back to the allowed count
       }

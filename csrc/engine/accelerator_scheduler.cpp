@@ -133,8 +133,6 @@ Permit AcceleratorScheduler::acquire_prefill(uint64_t session_id) {
   throw_if_poisoned_locked();
   record_permit_event(recorder_, ScheduleEventKind::PermitGranted, record_id);
   active_record_id_ = record_id;
-  decoded_since_previous_prefill_ = stats_.decode_grants != decode_grants_at_last_prefill_;
-  decode_grants_at_last_prefill_ = stats_.decode_grants;
   state_.active = true;
   uint64_t waited = elapsed_ns(started);
   stats_.prefill_grants += 1;
@@ -151,6 +149,7 @@ void AcceleratorScheduler::release(Permit& permit) {
     std::lock_guard<std::mutex> lock(mutex_);
     state_.active = false;
     stats_.permit_hold_ns += elapsed_ns(permit.granted_at_);
+    if (permit.kind_ == WorkKind::Decode) last_decode_released_ = Clock::now();
     record_permit_event(recorder_, ScheduleEventKind::PermitReleased, permit.record_id_);
     active_record_id_ = 0;
   }
@@ -167,9 +166,23 @@ void AcceleratorScheduler::poison(Permit& permit, const std::string& reason) {
   release(permit);
 }
 
-bool AcceleratorScheduler::decoded_since_previous_prefill() const {
+AcceleratorScheduler::DecodeActivity AcceleratorScheduler::decode_activity() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return decoded_since_previous_prefill_;
+  DecodeActivity out;
+  out.decode_grants = stats_.decode_grants;
+  if (last_decode_released_) out.since_last_decode = Clock::now() - *last_decode_released_;
+  out.active_decoders = active_decoders_;
+  return out;
+}
+
+void AcceleratorScheduler::decoder_started() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  active_decoders_ += 1;
+}
+
+void AcceleratorScheduler::decoder_finished() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (active_decoders_ > 0) active_decoders_ -= 1;
 }
 
 void AcceleratorScheduler::record_prefill_chunk(size_t rows, bool contended) {

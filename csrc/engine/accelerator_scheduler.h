@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -76,11 +77,19 @@ class AcceleratorScheduler {
   Permit acquire_prefill(uint64_t session_id = 0);
 
   bool has_waiting_decode() const;
-  // For the holder of a prefill permit: whether decodes ran between the
-  // previous prefill chunk and this one. A decoder that was served first and
-  // is between steps is not "waiting", yet it will want the accelerator again
-  // within one step; the next chunk must stay short for it.
-  bool decoded_since_previous_prefill() const;
+  // Decode permits granted so far, and how long ago the last one was
+  // released (empty before the first). A prefill compares the count between
+  // its own chunks and the age against kRecentDecodeWindow (prefill_contended).
+  struct DecodeActivity {
+    uint64_t decode_grants = 0;
+    std::optional<std::chrono::nanoseconds> since_last_decode;
+    size_t active_decoders = 0;
+  };
+  DecodeActivity decode_activity() const;
+  // A generation entering / leaving its decode loop (SlotPool: a lease's
+  // first decode / its release): while any is active, prefill chunks are short.
+  void decoder_started();
+  void decoder_finished();
   // Telemetry from whoever holds a prefill permit: the chunk it is running.
   void record_prefill_chunk(size_t rows, bool contended);
   bool poisoned() const;
@@ -103,8 +112,8 @@ class AcceleratorScheduler {
   bool poisoned_ = false;
   std::string poison_reason_;
   SchedulerStats stats_;
-  uint64_t decode_grants_at_last_prefill_ = 0;
-  bool decoded_since_previous_prefill_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_decode_released_;
+  size_t active_decoders_ = 0;
   ScheduleRecorder recorder_;
   uint64_t active_record_id_ = 0;  // the recorded id of the permit now held, if any
 };

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "engine/engine.h"
 #include "engine/scheduling_policy.h"
 
@@ -36,10 +37,19 @@ std::vector<std::vector<float>> compute_hidden_states(Engine& engine, const std:
   }
   AcceleratorScheduler& scheduler = engine.scheduler();
   size_t next_text = 0, next_row = 0;  // where the next forward starts
+  bool first_chunk = true;
+  uint64_t decode_grants_at_previous_chunk = 0;
   while (remaining > 0) {
+    check_interrupt();  // Ctrl-C between chunks (core/interrupt.h)
     if (cancel != nullptr && cancel->cancelled()) throw Cancelled("[hidden_states] cancelled");
     Permit permit = scheduler.acquire_prefill();
-    const bool contended = scheduler.has_waiting_decode() || scheduler.decoded_since_previous_prefill();
+    // The same chunk rule as Session::prefill (prefill_contended).
+    const AcceleratorScheduler::DecodeActivity activity = scheduler.decode_activity();
+    const bool contended = prefill_contended(scheduler.has_waiting_decode(), activity.active_decoders > 0,
+                                             !first_chunk && activity.decode_grants != decode_grants_at_previous_chunk,
+                                             activity.since_last_decode);
+    first_chunk = false;
+    decode_grants_at_previous_chunk = activity.decode_grants;
     const size_t budget = prefill_chunk_rows(contended, remaining);
     std::vector<ForwardSegment> segments;
     std::vector<size_t> finished;

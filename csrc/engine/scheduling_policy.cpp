@@ -23,6 +23,12 @@ bool prefill_eligible(const SchedulerState& state) {
   return !state.active && state.waiting_decode.empty();
 }
 
+bool prefill_contended(bool decode_waiting, bool decoders_active, bool decoded_since_previous_chunk,
+                       std::optional<std::chrono::nanoseconds> since_last_decode) {
+  return decode_waiting || decoders_active || decoded_since_previous_chunk ||
+         (since_last_decode && *since_last_decode < kRecentDecodeWindow);
+}
+
 size_t prefill_chunk_rows(bool decode_waiting, size_t remaining_rows) {
   return std::min(remaining_rows, decode_waiting ? kPrefillChunkRowsContended : kPrefillChunkRows);
 }

@@ -5,10 +5,11 @@
 // - decode: eligible when nobody is active and the cyclic rotation selects
 //   it: the next waiting id after `last_decode`, wrapping to the smallest.
 // - prefill: eligible when nobody is active and no decode waits anywhere.
-// - prefill chunks are 512 rows while no decoder waits and shrink to 64 rows
-//   at the next boundary once one does.
+// - prefill chunks are 512 rows while no decoder waits or decodes and shrink
+//   to 64 rows at the next boundary once one does (prefill_contended).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -20,6 +21,9 @@ namespace muser {
 
 enum class WorkKind { Decode, Prefill };
 
+// A decoder that finished a step this recently is between steps (sampling,
+// detokenizing), not gone: it will want the accelerator within a step.
+constexpr std::chrono::milliseconds kRecentDecodeWindow{50};
 
 struct SchedulerState {
   bool active = false;
@@ -36,6 +40,16 @@ std::optional<uint64_t> next_decode(const SchedulerState& state);
 bool decode_eligible(const SchedulerState& state, const std::set<uint64_t>& sequence_ids);
 
 bool prefill_eligible(const SchedulerState& state);
+
+// Whether the next prefill chunk must be short because a decoder is waiting
+// or decoding now: one waits; a generation is mid-way through its decode
+// loop (`decoders_active`: a pool's lease that has decoded and not ended);
+// one was served since this prefill's previous chunk; or one finished a step
+// less than kRecentDecodeWindow ago (sessions used outside a pool;
+// `since_last_decode` is empty when no decode ever ran). A decode long ago
+// does not count: an idle engine prefills in full-size chunks.
+bool prefill_contended(bool decode_waiting, bool decoders_active, bool decoded_since_previous_chunk,
+                       std::optional<std::chrono::nanoseconds> since_last_decode);
 
 // Rows for the next prefill chunk, given how many remain.
 size_t prefill_chunk_rows(bool decode_waiting, size_t remaining_rows);

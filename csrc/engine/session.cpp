@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "engine/engine.h"
 
 namespace muser {
@@ -43,16 +44,23 @@ void Session::run_chunks(KvState& kv, const int32_t* tokens, size_t n, size_t st
                          const CancelToken* cancel) {
   AcceleratorScheduler& scheduler = engine_->scheduler();
   size_t done = 0;
+  uint64_t decode_grants_at_previous_chunk = 0;
   while (done < n) {
+    // Chunk boundaries are where a signal (Ctrl-C) or a cancellation may stop
+    // the call: what ran so far is dropped by the caller's failure path.
+    check_interrupt();
     if (cancel != nullptr && cancel->cancelled()) {
       scheduler.recorder().record_cancelled(0, -1, id_, "prefill");
       throw Cancelled("[session] prefill cancelled");
     }
     Permit permit = scheduler.acquire_prefill(id_);
-    // Decided at the boundary, holding the permit: a decoder waiting now, or
-    // one served since the previous chunk (it will be back within a step),
-    // makes this chunk short.
-    const bool contended = scheduler.has_waiting_decode() || scheduler.decoded_since_previous_prefill();
+    // Decided at the boundary, holding the permit (prefill_contended): a
+    // decoder waiting or decoding now makes this chunk short.
+    const AcceleratorScheduler::DecodeActivity activity = scheduler.decode_activity();
+    const bool contended = prefill_contended(scheduler.has_waiting_decode(), activity.active_decoders > 0,
+                                             done > 0 && activity.decode_grants != decode_grants_at_previous_chunk,
+                                             activity.since_last_decode);
+    decode_grants_at_previous_chunk = activity.decode_grants;
     const size_t rows = prefill_chunk_rows(contended, n - done);
     scheduler.record_prefill_chunk(rows, contended);
     ForwardSegment seg;
@@ -117,6 +125,11 @@ void Session::decode(int32_t token) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_tokens(&token, 1, "decode");
   append(&token, 1, true, nullptr);
+}
+
+void Session::check_decode(int32_t token) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_tokens(&token, 1, "decode");
 }
 
 void Session::truncate(size_t n) {

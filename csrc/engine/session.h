@@ -47,14 +47,18 @@ class Session {
 
   // Appends tokens, running the forward in chunks: 512 rows while no decoder
   // uses the accelerator, 64 from the next chunk boundary once one waits or
-  // has decoded since the previous chunk
-  // (each chunk holds its own prefill permit). Logits become those of the
-  // last token. An empty list changes nothing. With `cancel`, a cancellation
-  // seen at a chunk boundary throws Cancelled (state unchanged, as for any
-  // failure).
+  // is decoding (prefill_contended; each chunk holds its own prefill permit).
+  // Logits become those of the last token. An empty list changes nothing.
+  // With `cancel`, a cancellation seen at a chunk boundary throws Cancelled;
+  // so does whatever the thread's interrupt check throws (core/interrupt.h).
+  // State is unchanged then, as for any failure.
   void prefill(const std::vector<int32_t>& tokens, const CancelToken* cancel = nullptr);
   // Appends one token under a decode permit (the rotation decides when).
   void decode(int32_t token);
+  // Throws what decode(token) would throw before computing anything
+  // (InvalidArgument, ContextOverflow); changes nothing. Lets a batcher keep
+  // a row that cannot run out of a group instead of failing the group.
+  void check_decode(int32_t token) const;
 
   // Appends tokens[i] to sessions[i] for 1..4 distinct sessions of one
   // engine, in ONE forward (one weight pass) under one decode-group permit.

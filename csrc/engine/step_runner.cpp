@@ -8,7 +8,12 @@ namespace muser {
 StepRunner::StepRunner(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend)
     : model_(std::move(model)), backend_(std::move(backend)) {
   if (!model_ || !backend_) throw InternalError("[engine] step runner needs a model and a backend");
-  backend_->load_weights(model_->weights);
+  try {
+    backend_->load_weights(model_->weights);
+  } catch (const DeviceMemoryError& e) {
+    throw DeviceMemoryError("[engine] model '" + model_->hparams.arch_name + "' (" + model_->file->path() +
+                            ") does not fit on the " + backend_->name() + " device: " + e.what());
+  }
 }
 
 std::unique_ptr<KvState> StepRunner::new_kv_state(size_t max_context) const {
@@ -61,7 +66,18 @@ void StepRunner::forward(const std::vector<ForwardSegment>& segments) {
   }
   const StepGraph& graph = graph_for(ShapeClass{in.tokens.size(), in.outputs.size(), hidden});
   for (const ForwardSegment& seg : segments) {
-    if (!seg.replay) seg.kv->begin_write(seg.start, seg.n_tokens);
+    if (seg.replay) continue;
+    try {
+      seg.kv->begin_write(seg.start, seg.n_tokens);
+    } catch (const DeviceMemoryError& e) {
+      // Name what the user controls: the model, the sequence's context, the
+      // number of sequences held (each slot or session keeps its own KV).
+      throw DeviceMemoryError("[engine] model '" + model_->hparams.arch_name + "': out of " + backend_->name() +
+                              " device memory growing a sequence's KV to " +
+                              std::to_string(seg.start + seg.n_tokens) + " positions (its max_context is " +
+                              std::to_string(seg.kv->max_context()) + "; every slot or session holds its own KV: "
+                              "use fewer slots or a shorter max_context): " + e.what());
+    }
   }
   backend_->execute(graph, in);
   for (const ForwardSegment& seg : segments) {

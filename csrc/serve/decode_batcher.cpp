@@ -81,6 +81,77 @@ std::vector<DecodeJob*> DecodeBatcher::take_group_locked() {
   return order;
 }
 
+void DecodeBatcher::fail_everyone_locked(const std::vector<DecodeJob*>& group, const std::exception_ptr& error) {
+  for (DecodeJob* member : group) {
+    member->done = true;
+    member->error = error;
+  }
+  for (DecodeJob* queued : queue_) {
+    queued->done = true;
+    queued->error = error;
+  }
+  queue_.clear();
+}
+
+void DecodeBatcher::run_as_runner_locked(std::unique_lock<std::mutex>& lock) {
+  runner_active_ = true;
+  std::vector<DecodeJob*> group;
+  try {
+    const auto allowance = std::min<std::chrono::nanoseconds>(
+        kMaxThinkAllowance, std::chrono::nanoseconds(static_cast<int64_t>(think_ns_)));
+    const auto deadline = Clock::now() + window_ + allowance;
+    auto enough_rows = [&] {
+      size_t could_join = std::min(max_rows_, std::max<size_t>(participants_, 1));
+      return queue_.size() >= could_join;
+    };
+    while (window_.count() > 0 && !enough_rows() && Clock::now() < deadline) {
+      changed_.wait_until(lock, deadline);
+    }
+    if (bookkeeping_fault_armed_) {
+      bookkeeping_fault_armed_ = false;
+      throw InternalError("[decode_batcher] injected bookkeeping fault (tests)");
+    }
+    group = take_group_locked();
+    if (!group.empty()) {
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        run_group_(group);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      const auto finished = Clock::now();
+      for (DecodeJob* member : group) {
+        member->done = true;
+        if (error) member->error = error;  // else keep a row's own error, if any
+        finished_at_[member->slot_id] = finished;
+      }
+      stats_.groups += 1;
+      stats_.rows += group.size();
+      stats_.group_size_counts[group.size()] += 1;
+      if (error) stats_.failed_groups += 1;
+    }
+  } catch (const std::exception& e) {
+    // The runner's own state is in doubt (the group's run never throws here):
+    // fail every job rather than leave owners waiting for a runner that
+    // will not come.
+    if (!lock.owns_lock()) lock.lock();
+    fail_everyone_locked(group, std::make_exception_ptr(InternalError(
+                                    std::string("[decode_batcher] the group runner failed: ") + e.what())));
+  } catch (...) {
+    if (!lock.owns_lock()) lock.lock();
+    fail_everyone_locked(group, std::make_exception_ptr(InternalError("[decode_batcher] the group runner failed")));
+  }
+  runner_active_ = false;
+  changed_.notify_all();
+}
+
+void DecodeBatcher::arm_bookkeeping_fault() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bookkeeping_fault_armed_ = true;
+}
+
 void DecodeBatcher::submit(DecodeJob& job) {
   std::unique_lock<std::mutex> lock(mutex_);
   job.submitted_at = Clock::now();
@@ -101,40 +172,7 @@ void DecodeBatcher::submit(DecodeJob& job) {
       throw Cancelled("[decode_batcher] the request was cancelled");
     }
     if (!runner_active_) {
-      runner_active_ = true;
-      const auto allowance = std::min<std::chrono::nanoseconds>(
-          kMaxThinkAllowance, std::chrono::nanoseconds(static_cast<int64_t>(think_ns_)));
-      const auto deadline = Clock::now() + window_ + allowance;
-      auto enough_rows = [&] {
-        size_t could_join = std::min(max_rows_, std::max<size_t>(participants_, 1));
-        return queue_.size() >= could_join;
-      };
-      while (window_.count() > 0 && !enough_rows() && Clock::now() < deadline) {
-        changed_.wait_until(lock, deadline);
-      }
-      std::vector<DecodeJob*> group = take_group_locked();
-      if (!group.empty()) {
-        lock.unlock();
-        std::exception_ptr error;
-        try {
-          run_group_(group);
-        } catch (...) {
-          error = std::current_exception();
-        }
-        lock.lock();
-        const auto finished = Clock::now();
-        for (DecodeJob* member : group) {
-          member->done = true;
-          member->error = error;
-          finished_at_[member->slot_id] = finished;
-        }
-        stats_.groups += 1;
-        stats_.rows += group.size();
-        stats_.group_size_counts[group.size()] += 1;
-        if (error) stats_.failed_groups += 1;
-      }
-      runner_active_ = false;
-      changed_.notify_all();
+      run_as_runner_locked(lock);
     } else if (job.cancel) {
       changed_.wait_for(lock, kCancelPollInterval);
     } else {

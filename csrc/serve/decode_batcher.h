@@ -13,9 +13,13 @@
 // thread becomes runner for whatever is still queued.
 //
 // Failure semantics: an exception from running a group reaches every owner
-// of that group (and no one else). A job cancelled while still queued is
-// withdrawn and its owner gets Cancelled; once taken into a group it runs to
-// completion (the group is one indivisible weight pass).
+// of that group (and no one else); run_group may instead fail single rows by
+// setting their job's `error` (a row that cannot run must not fail the rows
+// packed with it). A job cancelled while still queued is withdrawn and its
+// owner gets Cancelled; once taken into a group it runs to completion (the
+// group is one indivisible weight pass). A failure in the runner's own
+// bookkeeping fails every queued and running job with InternalError and
+// frees the runner role: nobody hangs.
 //
 // Thread safety: all members may be called from any thread; submit() blocks
 // (bindings release the GIL first).
@@ -82,12 +86,18 @@ class DecodeBatcher {
   void notify_cancelled();
 
   BatcherStats stats() const;
+  // Tests only: the runner's next bookkeeping step throws (see above).
+  void arm_bookkeeping_fault();
   std::chrono::microseconds window() const { return window_; }
   size_t max_rows() const { return max_rows_; }
 
  private:
   std::vector<DecodeJob*> take_group_locked();
   bool withdraw_if_cancelled_locked(DecodeJob& job);
+  // Runs as the runner (lock held on entry and exit).
+  void run_as_runner_locked(std::unique_lock<std::mutex>& lock);
+  // Ends every queued job and every job of `group` with `error`.
+  void fail_everyone_locked(const std::vector<DecodeJob*>& group, const std::exception_ptr& error);
 
   const RunGroup run_group_;
   const std::chrono::microseconds window_;
@@ -102,6 +112,7 @@ class DecodeBatcher {
   // When each slot's last job finished, and the smoothed gap to its next submit.
   std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> finished_at_;
   double think_ns_ = 0.0;
+  bool bookkeeping_fault_armed_ = false;
   BatcherStats stats_;
 };
 

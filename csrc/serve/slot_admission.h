@@ -1,7 +1,10 @@
 // Admission to a pool of 1..4 resident slots (DESIGN.md "Serving level").
 //
-// - acquire() takes a free slot or waits, first come first served; with
-//   `max_waiting` callers already queued it throws Overloaded at once.
+// - acquire() takes a free slot or waits; with `max_waiting` callers already
+//   queued it throws Overloaded at once. When a slot frees up, the waiter
+//   admitted next is chosen by next_waiter (admission_policy.h): longest
+//   cached prefix first, with aging (nobody is passed over more than
+//   kMaxPassedOver times), first come first served beyond 128 waiters.
 // - Among free slots it prefers the one whose history shares the longest
 //   prefix with the new prompt (asked through `affinity`), so its KV is
 //   reused instead of recomputed; on a tie, the one with the least history,
@@ -19,7 +22,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <set>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -66,6 +69,7 @@ class SlotAdmission {
   }
 
   bool healthy() const;
+  size_t waiting() const;
   std::string unhealthy_reason() const;
   size_t n_slots() const { return in_use_.size(); }
   size_t max_waiting() const { return max_waiting_; }
@@ -74,6 +78,16 @@ class SlotAdmission {
  private:
   void throw_if_unhealthy_locked() const;
   std::optional<size_t> best_free_slot_locked(const std::function<SlotAffinity(size_t)>& affinity) const;
+  // The ticket next_waiter picks now (waiters_ not empty); rescoring waiters
+  // only when the free slots changed since they were last scored.
+  uint64_t chosen_ticket_locked();
+
+  struct Waiter {
+    const std::function<SlotAffinity(size_t)>* affinity = nullptr;  // the waiting caller's
+    uint32_t passed_over = 0;
+    size_t cached_prefix = 0;
+    uint64_t scored_at = UINT64_MAX;  // free_version_ when cached_prefix was computed
+  };
   // Under mutex_, so a pool's admission events are recorded in their true order.
   void record_locked(ScheduleEventKind kind, uint64_t ticket, int64_t slot, const char* what) const;
 
@@ -81,8 +95,9 @@ class SlotAdmission {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<bool> in_use_;
-  std::set<uint64_t> waiting_tickets_;
+  std::map<uint64_t, Waiter> waiters_;  // by ticket = arrival order
   uint64_t next_ticket_ = 0;
+  uint64_t free_version_ = 0;  // bumped whenever a slot is taken or released
   bool unhealthy_ = false;
   std::string unhealthy_reason_;
   AdmissionStats stats_;

@@ -9,12 +9,15 @@ from __future__ import annotations
 from muser.errors import (
     Cancelled,
     ContextOverflow,
+    DeadlineExceeded,
+    DeviceMemoryError,
     FetchError,
     GrammarError,
     InternalError,
     ModelFormatError,
     MuserError,
     Overloaded,
+    SlotReleased,
     SessionFileError,
     Unhealthy,
 )
@@ -56,6 +59,8 @@ __all__ = [
     "stream",
     "Cancelled",
     "ContextOverflow",
+    "DeadlineExceeded",
+    "DeviceMemoryError",
     "FetchError",
     "Grammar",
     "GrammarError",
@@ -63,6 +68,7 @@ __all__ = [
     "ModelFormatError",
     "MuserError",
     "Overloaded",
+    "SlotReleased",
     "SessionFileError",
     "Unhealthy",
 ]

@@ -74,7 +74,8 @@ class Session:
     def prefill(self, tokens: Sequence[int], cancel: CancelToken | None = None) -> None:
         """
         Append tokens (chunks of 512 rows, 64 while a decoder waits); releases the GIL.
-        A cancelled token stops it at a chunk boundary with Cancelled, state unchanged.
+        A cancelled token stops it at a chunk boundary with Cancelled, Ctrl-C with KeyboardInterrupt;
+        either way the state is unchanged.
         """
 
     def decode(self, token: int) -> None:
@@ -278,14 +279,32 @@ class ScheduleRecorder:
 class CancelToken:
     """
     A sticky, thread-safe cancellation flag shared by a request and what it waits on.
+    With a parent it also reads as cancelled once the parent is; with a deadline,
+    once the deadline has passed.
     """
 
-    def __init__(self) -> None: ...
+    def __init__(self, parent: CancelToken | None = None) -> None: ...
 
     def cancel(self) -> None: ...
 
+    def set_deadline(self, seconds: float) -> None:
+        """Reads as cancelled `seconds` from now on."""
+
     @property
     def cancelled(self) -> bool: ...
+
+    @property
+    def deadline_passed(self) -> bool: ...
+
+ADMISSION_FCFS_ABOVE_WAITERS: int = 128
+
+ADMISSION_MAX_PASSED_OVER: int = 4
+
+def next_waiter(waiters: Sequence[tuple[int, int]]) -> int:
+    """
+    The admission rule: index of the waiter admitted next, given (cached_prefix, passed_over)
+    per waiter in arrival order.
+    """
 
 class SlotAdmission:
     """
@@ -306,6 +325,9 @@ class SlotAdmission:
 
     @property
     def healthy(self) -> bool: ...
+
+    @property
+    def waiting(self) -> int: ...
 
     @property
     def slots(self) -> int: ...
@@ -333,14 +355,16 @@ class SlotPool:
     def session(self, slot: int) -> Session:
         """The session now serving `slot`."""
 
+    def prefill(self, slot: int, tokens: Sequence[int], cancel: CancelToken | None = None) -> None:
+        """
+        Append tokens to the slot's session (chunked; Ctrl-C and `cancel` stop it at a chunk boundary,
+        state unchanged). Raises Unhealthy once the pool latched.
+        """
+
     def decode(self, slot: int, token: int, cancel: CancelToken | None = None) -> None:
         """
         One decode step of `slot`, packed with concurrent steps of other slots.
         """
-
-    def begin_decoding(self) -> None: ...
-
-    def end_decoding(self) -> None: ...
 
     def context_shift(self, slot: int, n_keep: int, cancel: CancelToken | None = None) -> int:
         """
@@ -351,6 +375,14 @@ class SlotPool:
 
     @property
     def healthy(self) -> bool: ...
+
+    @property
+    def unhealthy_reason(self) -> str:
+        """Why the pool latched ('' while healthy)."""
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for a slot now."""
 
     @property
     def slots(self) -> int: ...

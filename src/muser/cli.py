@@ -7,15 +7,18 @@ Every command defaults to the default registry model, so a newcomer can type
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Sequence
 
 from muser import models
 
 if TYPE_CHECKING:
     import muser
+    from muser.types import GenerationChunk
 from muser.errors import MuserError
 
 
@@ -66,14 +69,28 @@ def _sampling(args: argparse.Namespace) -> dict[str, Any]:
                 seed=args.seed)
 
 
+@contextlib.contextmanager
+def _closing(chunks: Iterator[GenerationChunk]) -> Iterator[Iterator[GenerationChunk]]:
+    """Closes the stream on leaving the block for any reason (Ctrl-C, a closed
+    pipe), which cancels its request."""
+    try:
+        yield chunks
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     import muser
 
     engine = _engine(args.model, args.threads)
     last = None
-    for chunk in muser.stream(engine, args.prompt, **_sampling(args)):
-        print(chunk.text, end="", flush=True)
-        last = chunk
+    # Leaving the block for any reason (Ctrl-C, a closed pipe) cancels the request.
+    with _closing(muser.stream(engine, args.prompt, **_sampling(args))) as chunks:
+        for chunk in chunks:
+            print(chunk.text, end="", flush=True)
+            last = chunk
     print()
     if last is not None and last.timings is not None:
         t = last.timings
@@ -112,10 +129,11 @@ def _cmd_chat(args: argparse.Namespace) -> int:
                 return 0
         messages.append({"role": "user", "content": user})
         reply = []
-        for chunk in muser.chat(engine, messages, stream=True, template=_template(args.template),
-                                **_sampling(args)):
-            print(chunk.text, end="", flush=True)
-            reply.append(chunk.text)
+        with _closing(muser.chat(engine, messages, stream=True, template=_template(args.template),
+                                 **_sampling(args))) as chunks:
+            for chunk in chunks:
+                print(chunk.text, end="", flush=True)
+                reply.append(chunk.text)
         print()
         messages.append({"role": "assistant", "content": "".join(reply)})
 
@@ -203,3 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MuserError, ValueError) as exc:
         _stderr(f"muser: error: {exc}")
         return 1
+    except KeyboardInterrupt:
+        # The request was cancelled on the way out; the exit hook joins its thread.
+        _stderr("\nmuser: interrupted")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`). Point stdout at /dev/null so the
+        # interpreter's final flush does not fail a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer killed by a closed pipe

@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
@@ -229,7 +230,7 @@ class Engine:
     Thread safety: share one engine between threads freely.
     """
 
-    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_sha256", "__weakref__")
+    __slots__ = ("_core", "_lock", "_vocab", "_default_pool", "_sha256", "_pools", "_pools_lock", "__weakref__")
 
     @checked_keywords
     def __init__(
@@ -259,6 +260,28 @@ class Engine:
         self._vocab: tuple[tuple[bytes, ...], tuple[int, ...]] | None = None
         self._default_pool: SlotPool | None = None
         self._sha256: str | None = None
+        self._pools: weakref.WeakSet[SlotPool] = weakref.WeakSet()  # every SlotPool made on this engine
+        self._pools_lock = threading.Lock()  # WeakSets are not thread-safe
+
+    def _add_pool(self, pool: SlotPool) -> None:
+        with self._pools_lock:
+            self._pools.add(pool)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel and join the generations running on this engine's pools
+        (up to ``timeout`` seconds in all) and close those pools. Sessions
+        stay usable. Called at interpreter exit for whatever is still running;
+        ``with Engine(...) as engine:`` calls it on leaving the block."""
+        with self._pools_lock:
+            pools = list(self._pools)
+        for pool in pools:
+            pool.close(timeout)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close()
 
     @property
     def config(self) -> dict[str, Any]:
@@ -436,7 +459,7 @@ class Engine:
         from muser.pool import SlotPool
 
         with self._lock:
-            if self._default_pool is None:
+            if self._default_pool is None or self._default_pool._closed:
                 self._default_pool = SlotPool(self, slots=4)
             return self._default_pool
 

@@ -14,9 +14,12 @@ __all__ = [
     "Overloaded",
     "Unhealthy",
     "Cancelled",
+    "DeadlineExceeded",
     "GrammarError",
     "InternalError",
+    "DeviceMemoryError",
     "FetchError",
+    "SlotReleased",
     "SessionFileError",
 ]
 
@@ -51,12 +54,31 @@ class Cancelled(MuserError):
     """A request was cancelled by its caller or because its consumer stalled."""
 
 
+class DeadlineExceeded(MuserError, TimeoutError):
+    """A request ran past its ``timeout`` (the deadline for the whole request:
+    waiting for a slot, prefill and generation). Its slot was freed."""
+
+
+class SlotReleased(MuserError, RuntimeError):
+    """A :class:`muser.Slot` was used after its lease ended; the slot may
+    already serve another request, so nothing was done."""
+
+
 class GrammarError(MuserError, ValueError):
     """A GBNF grammar or JSON schema could not be parsed or compiled."""
 
 
 class InternalError(MuserError):
     """A broken internal invariant in muser. Please report it."""
+
+
+class DeviceMemoryError(MuserError, MemoryError):
+    """An accelerator (GPU) ran out of memory.
+
+    The message names the model and what was being allocated (weights, or a
+    session's KV for its context). Nothing was changed: free sessions, use
+    fewer slots or a shorter ``max_context``, or pick ``backend="cpu"``.
+    """
 
 
 class FetchError(MuserError):

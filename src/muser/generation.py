@@ -6,10 +6,23 @@ check the grammar, detokenize, match stop strings and decode. Tokenization,
 sampling, grammar and detokenization never run while the accelerator is held
 (the compiled core holds it only inside a forward).
 
-Output goes through a bounded channel of 64 chunks. A consumer that leaves it
-full for ``consumer_timeout`` seconds (5 by default) gets the request
-cancelled with :class:`muser.Cancelled` and the slot freed: a slow consumer
-never holds a slot, let alone the accelerator, hostage.
+Output goes through a bounded channel of 64 chunks (``generate`` collects
+without one). A consumer that leaves it full is let be while nobody waits
+for a slot: the producer pauses, holding its slot but no compute (a notebook
+stepping through, a debugger). Once someone waits for a slot and the channel
+has stayed full for ``consumer_timeout`` seconds (5 by default), the request
+is cancelled with :class:`muser.Cancelled` and the slot freed: a slow
+consumer never holds a slot hostage. ``astream`` hands chunks to the event
+loop directly (``call_soon_threadsafe``), so it needs no executor threads.
+
+``timeout`` is the deadline of the whole request (waiting for a slot,
+prefill, generation): past it the request ends with
+:class:`muser.DeadlineExceeded` and frees its slot.
+
+Lifecycle: closing a stream (or dropping it), Ctrl-C in ``generate``,
+``SlotPool.close()``/``Engine.close()`` and interpreter exit cancel the
+request and let its thread end; at exit the threads are joined before the
+interpreter tears down, so no thread of ours runs into finalization.
 
 Thread safety: call these from any number of threads at once; they share the
 pool safely. A stream iterator belongs to the thread iterating it.
@@ -18,6 +31,7 @@ pool safely. A stream iterator belongs to the thread iterating it.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import itertools
 import math
@@ -34,7 +48,7 @@ import numpy as np
 from muser import limits
 from muser.chat_template import ChatTemplate, ChatTemplateError
 from muser.engine import Engine
-from muser.errors import Cancelled, InternalError
+from muser.errors import Cancelled, DeadlineExceeded, InternalError
 from muser.grammar import Grammar
 from muser.logits_hooks import RequestHooks
 from muser.options import (
@@ -67,6 +81,12 @@ PREFILL_PIECE = 512  # prompt tokens per prefill call: the cancellation granular
 Target = Union[SlotPool, Engine]
 _END = object()
 _REQUEST_IDS = itertools.count(1)  # labels requests in schedule recordings (muser.testing)
+_STALL_POLL_S = 0.05  # how often a producer facing a full channel looks at cancellation and waiters
+_EXIT_JOIN_S = 30.0   # at interpreter exit, how long in all to wait for producer threads
+
+# Every request whose producer thread is running, for the exit hook.
+_live_lock = threading.Lock()
+_live: set[_Request] = set()
 
 
 @dataclass
@@ -119,7 +139,7 @@ def _make_options(
     context_shift: bool = False,
     n_keep: int = 0,
     timeout: float | None = None,
-    consumer_timeout: float = CONSUMER_TIMEOUT_S,
+    consumer_timeout: float | None = CONSUMER_TIMEOUT_S,
     special: bool = False,
     logits_processors: Sequence[LogitsProcessor] | None = None,
     stopping_criteria: Sequence[StoppingCriterion] | None = None,
@@ -127,8 +147,8 @@ def _make_options(
 ) -> _Options:
     max_tokens = limits.check_int("max_tokens", max_tokens, 1)
     top_logprobs = limits.check_int("top_logprobs", top_logprobs, 0)
-    consumer_timeout = limits.check_timeout("consumer_timeout", consumer_timeout)
-    if consumer_timeout == 0:
+    consumer_wait = limits.check_timeout("consumer_timeout", consumer_timeout)
+    if consumer_wait == 0:
         raise ValueError("consumer_timeout must be > 0 seconds (or None: never cancel a slow consumer)")
     if grammar is not None and not isinstance(grammar, Grammar):
         raise TypeError(f"grammar must be a muser.Grammar, got {type(grammar).__name__}")
@@ -145,7 +165,7 @@ def _make_options(
         grammar=grammar, logprobs=logprobs, top_logprobs=top_logprobs, echo=echo,
         context_shift=context_shift, n_keep=limits.check_int("n_keep", n_keep, 0),
         timeout=limits.check_timeout("timeout", timeout),
-        consumer_timeout=consumer_timeout, params=SamplingParams(**sampling), special=special,
+        consumer_timeout=consumer_wait, params=SamplingParams(**sampling), special=special,
         logits_processors=processors, stopping_criteria=criteria,
     )
 
@@ -161,34 +181,106 @@ def _prompt_tokens(engine: Engine, prompt: str | Sequence[int], parse_special: b
     return tokens
 
 
+class _Channel:
+    """A bounded hand-off of chunks from one producer thread to one consumer.
+
+    ``depth`` credits bound the chunks in flight: the producer takes one per
+    chunk (waiting while none is free), the consumer gives it back when it
+    takes the chunk. Chunks go into a plain queue, or, with ``loop``,
+    straight into an ``asyncio.Queue`` on that loop (``call_soon_threadsafe``),
+    so an async consumer needs no executor thread. The end marker takes no
+    credit: ending never blocks.
+    """
+
+    def __init__(self, depth: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._credits = threading.Semaphore(depth)
+        self._loop = loop
+        self._queue: Any = queue.SimpleQueue() if loop is None else asyncio.Queue(maxsize=depth + 1)
+
+    def offer(self, item: Any, timeout: float) -> bool:
+        """Deliver ``item`` if a place frees up within ``timeout`` seconds.
+
+        Raises:
+            RuntimeError: the consumer's event loop is closed.
+        """
+        if not self._credits.acquire(timeout=timeout):
+            return False
+        self._deliver(item)
+        return True
+
+    def end(self) -> None:
+        try:
+            self._deliver(_END)
+        except RuntimeError:  # the event loop is gone, and with it the consumer
+            pass
+
+    def _deliver(self, item: Any) -> None:
+        if self._loop is None:
+            self._queue.put(item)
+        else:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    def _taken(self, item: Any) -> Any:
+        if item is not _END:
+            self._credits.release()
+        return item
+
+    def get(self) -> Any:
+        return self._taken(self._queue.get())
+
+    async def aget(self) -> Any:
+        return self._taken(await self._queue.get())
+
+    def drain(self) -> None:
+        """Drop what is queued (consumer side), freeing the producer."""
+        try:
+            while True:
+                self._taken(self._queue.get_nowait())
+        except (queue.Empty, asyncio.QueueEmpty):
+            pass
+
+
 class _Request:
-    """One completion, produced on its own thread into a bounded channel."""
+    """One completion, produced on its own thread into a channel (or, for
+    ``generate``, into a list: the caller waits for the whole text anyway)."""
 
     def __init__(self, pool: SlotPool, tokens: list[int], options: _Options, seed: int | None,
-                 index: int, user_cancel: CancelToken | None) -> None:
+                 index: int, user_cancel: CancelToken | None, *, collect: bool = False,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.pool = pool
         self.engine = pool.engine
         self.tokens = tokens
         self.options = options
         self.seed = seed
         self.index = index
-        # The caller's token (shared by all n completions of a call) stops the
-        # request; our own token also stops it when the consumer goes away,
-        # without touching the caller's. Blocking waits in the core watch the
-        # caller's token when there is one.
+        # The caller's token (shared by all n completions of a call) is the
+        # parent of this request's own token: cancelling the caller's stops
+        # it, and so do the consumer going away, shutdown and the deadline,
+        # without touching the caller's token. The core watches ours.
         self.user_cancel = user_cancel
-        self.own_cancel = CancelToken()
-        self.wait_cancel = user_cancel if user_cancel is not None else self.own_cancel
-        self.channel: queue.Queue[object] = queue.Queue(maxsize=CHANNEL_DEPTH)
+        self.cancel = CancelToken(user_cancel)
+        if options.timeout is not None and math.isfinite(options.timeout):  # None or inf: no deadline
+            self.cancel.set_deadline(options.timeout)
+        self.collected: list[GenerationChunk] | None = [] if collect else None
+        self.channel = None if collect else _Channel(CHANNEL_DEPTH, loop)
         self.error: BaseException | None = None
         self.stalled = False
         self.finish_reason: str | None = None
+        self.sampling_ns = 0
         self.request_id = next(_REQUEST_IDS)
         self.recorder = pool.engine._core.schedule_recorder
         self.thread = threading.Thread(target=self._run, name=f"muser-request-{index}", daemon=True)
 
-    def start(self) -> "_Request":
-        self.thread.start()
+    def start(self) -> _Request:
+        with _live_lock:
+            _live.add(self)
+        self.pool._add_request(self)
+        try:
+            self.thread.start()
+        except BaseException:
+            with _live_lock:
+                _live.discard(self)
+            raise
         return self
 
     # -- producer side -----------------------------------------------------
@@ -198,38 +290,84 @@ class _Request:
         if self.recorder.recording:
             self.recorder.note(what, self.request_id, self.pool._core.id, slot, detail)
 
-    def _emit(self, chunk: GenerationChunk) -> None:
-        try:
-            self.channel.put(chunk, timeout=self.options.consumer_timeout)
-            if chunk.finish_reason is not None:
-                self.finish_reason = chunk.finish_reason
-        except queue.Full:
-            self.stalled = True
-            raise Cancelled(
-                f"the consumer left the output channel full for {self.options.consumer_timeout:g} s"
-            ) from None
+    def _deadline_error(self) -> DeadlineExceeded:
+        return DeadlineExceeded(f"the request ran past its timeout of {self.options.timeout:g} s")
 
-    def _cancelled(self) -> bool:
-        return self.own_cancel.cancelled or (self.user_cancel is not None and self.user_cancel.cancelled)
+    def _emit(self, chunk: GenerationChunk) -> None:
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        if self.collected is not None:
+            self.collected.append(chunk)
+            return
+        channel = cast(_Channel, self.channel)  # no list to collect into: a channel
+        stalled_since = None
+        while True:
+            try:
+                if channel.offer(chunk, timeout=_STALL_POLL_S):
+                    return
+            except RuntimeError:
+                raise Cancelled("the event loop consuming the stream was closed") from None
+            if self.cancel.deadline_passed:
+                raise self._deadline_error()
+            if self.cancel.cancelled:
+                raise Cancelled("the request was cancelled while its consumer was not reading")
+            now = time.monotonic()
+            if stalled_since is None:
+                stalled_since = now
+            elif (self.options.consumer_timeout is not None and now - stalled_since >= self.options.consumer_timeout
+                  and self.pool._core.waiting > 0):
+                # Only now does the stall cost anyone anything: a request waits for a slot.
+                self.stalled = True
+                raise Cancelled(
+                    f"the consumer left the output channel full for {self.options.consumer_timeout:g} s "
+                    "while another request waited for a slot"
+                )
 
     def _run(self) -> None:
         self._note("request_started")
+        outcome = "failed"
         try:
             self._generate()
-        except Cancelled as exc:
-            if self.stalled or not self._cancelled():
-                self.error = exc
-            else:  # the caller cancelled while we waited in the core: an ordinary end
-                try:
-                    self.channel.put_nowait(GenerationChunk("", finish_reason="cancelled", index=self.index))
-                    self.finish_reason = "cancelled"
-                except queue.Full:
+            outcome = "cancelled" if self.finish_reason == "cancelled" else "finished"
+        except DeadlineExceeded as exc:
+            self.error, outcome = exc, "deadline_exceeded"
+        except (Cancelled, TimeoutError) as exc:
+            if self.cancel.deadline_passed:
+                self.error, outcome = self._deadline_error(), "deadline_exceeded"
+                self.error.__cause__ = exc
+            elif isinstance(exc, Cancelled):
+                outcome = "cancelled"
+                if self.stalled or not self.cancel.cancelled:
                     self.error = exc
+                else:  # cancelled by the caller, the consumer or shutdown: an ordinary end
+                    self._deliver_cancelled(exc)
+            else:
+                self.error = exc
         except BaseException as exc:  # handed to the consumer, re-raised there
             self.error = exc
         finally:
-            self._note("request_ended", detail=type(self.error).__name__ if self.error else str(self.finish_reason))
-            self.channel.put(_END)  # the consumer drains; it never stays blocked
+            try:
+                self._note("request_ended",
+                           detail=type(self.error).__name__ if self.error else str(self.finish_reason))
+                self.pool._record_outcome(outcome, self.sampling_ns)
+                if self.channel is not None:
+                    self.channel.end()  # never blocks: the consumer drains or is gone
+            finally:
+                with _live_lock:
+                    _live.discard(self)
+
+    def _deliver_cancelled(self, exc: Cancelled) -> None:
+        self.finish_reason = "cancelled"
+        chunk = GenerationChunk("", finish_reason="cancelled", index=self.index)
+        if self.collected is not None:
+            self.collected.append(chunk)
+            return
+        try:
+            delivered = cast(_Channel, self.channel).offer(chunk, timeout=0)
+        except RuntimeError:
+            delivered = False
+        if not delivered:
+            self.error = exc
 
     def _logprob_fields(self, logits: np.ndarray, token: int) -> tuple[
             tuple[float, ...] | None, tuple[tuple[TokenLogprob, ...], ...] | None]:
@@ -256,7 +394,7 @@ class _Request:
             constraint = options.grammar.constraint(token_bytes, engine.eog_ids)
         chain = make_sampler(options.params, self.seed, grammar=constraint, vocab=engine,
                              context_size=self.pool.max_context)
-        with self.pool.acquire(self.tokens, timeout=options.timeout, cancel=self.wait_cancel) as slot:
+        with self.pool.acquire(self.tokens, cancel=self.cancel) as slot:
             self._note("request_admitted", slot.index)
             queued = time.perf_counter()
             rest = self.tokens[slot.reused_tokens:]
@@ -276,11 +414,7 @@ class _Request:
 
             if options.echo:
                 self._emit(GenerationChunk(engine.detokenize(self.tokens), index=self.index, timings=timings(0)))
-            self.pool._core.begin_decoding()
-            try:
-                self._decode_loop(slot, chain, detok, stops, timings)
-            finally:
-                self.pool._core.end_decoding()
+            self._decode_loop(slot, chain, detok, stops, timings)
 
     def _decode_loop(self, slot: Slot, chain: SamplerChain, detok: StreamingDetokenizer, stops: StopMatcher,
                      timings: Callable[[int], GenerationTimings]) -> None:
@@ -290,18 +424,22 @@ class _Request:
             hooks = RequestHooks(options.logits_processors, options.stopping_criteria, self.tokens,
                                  options.max_tokens)
         for step in range(options.max_tokens):
-            if self._cancelled():
+            if self.cancel.deadline_passed:
+                raise self._deadline_error()
+            if self.cancel.cancelled:
                 self._emit(GenerationChunk(stops.flush(), finish_reason="cancelled", index=self.index,
                                            timings=timings(step)))
                 return
             logits = slot.logits
             if logits is None:  # a prefilled slot always has logits
                 raise InternalError("the slot has no logits after prefill")
+            sampling_started = time.perf_counter_ns()
             if hooks is not None:
                 logits = hooks.process(logits)
             token = chain.sample(logits)
             chain.accept(token)
             logprob, top = self._logprob_fields(logits, token)
+            self.sampling_ns += time.perf_counter_ns() - sampling_started
             if stops.is_stop_token(token):
                 self._emit(GenerationChunk(_drain(detok, stops), (token,), logprob, top, finish_reason="stop",
                                            index=self.index, timings=timings(step + 1)))
@@ -336,12 +474,28 @@ class _Request:
 
     def abandon(self) -> None:
         """The consumer is gone: cancel and let the producer finish unblocked."""
-        self.own_cancel.cancel()
-        try:
-            while True:
-                self.channel.get_nowait()
-        except queue.Empty:
-            pass
+        self.cancel.cancel()
+        if self.channel is not None and self.channel._loop is None:
+            self.channel.drain()
+
+
+def _shutdown(requests: Sequence[_Request], timeout: float) -> None:
+    """Cancel ``requests`` and wait up to ``timeout`` seconds in all for their threads."""
+    for request in requests:
+        request.cancel.cancel()
+    give_up_at = time.monotonic() + timeout
+    for request in requests:
+        if request.thread is not threading.current_thread():
+            request.thread.join(max(0.0, give_up_at - time.monotonic()))
+
+
+@atexit.register
+def _shutdown_at_exit() -> None:
+    # Runs before the interpreter finalizes: a producer thread still inside
+    # the core then would come back to a dying interpreter.
+    with _live_lock:
+        requests = list(_live)
+    _shutdown(requests, _EXIT_JOIN_S)
 
 
 def _drain(detok: StreamingDetokenizer, stops: StopMatcher) -> str:
@@ -351,7 +505,8 @@ def _drain(detok: StreamingDetokenizer, stops: StopMatcher) -> str:
 
 
 def _start(target: Target, prompt: str | Sequence[int], n: int, cancel: CancelToken | None,
-           parse_special: bool, options: _Options) -> list[_Request]:
+           parse_special: bool, options: _Options, *, collect: bool = False,
+           loop: asyncio.AbstractEventLoop | None = None) -> list[_Request]:
     pool = _pool_of(target)
     n = limits.check_int("n", n, 1, pool.slots)
     seed = limits.check_seed(options.seed, n)
@@ -360,20 +515,62 @@ def _start(target: Target, prompt: str | Sequence[int], n: int, cancel: CancelTo
     if len(tokens) >= pool.max_context:
         raise ValueError(f"the prompt has {len(tokens)} tokens; the pool's max_context is {pool.max_context}")
     seeds = [None if seed is None else seed + i for i in range(n)]
-    return [_Request(pool, tokens, options, seeds[i], i, cancel).start() for i in range(n)]
-
-
-def _chunks(request: _Request) -> Iterator[GenerationChunk]:
+    # All built first, then started back to back, so the n completions
+    # arrive at admission together.
+    requests = [_Request(pool, tokens, options, seeds[i], i, cancel, collect=collect, loop=loop) for i in range(n)]
+    started: list[_Request] = []
     try:
-        while True:
-            item = request.channel.get()
-            if item is _END:
-                break
-            yield cast(GenerationChunk, item)
-        if request.error is not None:
-            raise request.error
-    finally:
-        request.abandon()
+        for request in requests:
+            started.append(request.start())
+    except BaseException:
+        _shutdown(started, _EXIT_JOIN_S)
+        raise
+    return requests
+
+
+class _Stream(Iterator[GenerationChunk]):
+    """What :func:`stream` returns: an iterator of chunks that is also a
+    context manager. ``close()`` (also on leaving ``with``, on an exception
+    while waiting such as Ctrl-C, and when the iterator is dropped) cancels
+    the request, which then frees its slot within a step."""
+
+    __slots__ = ("_request", "_finished")
+
+    def __init__(self, request: _Request) -> None:
+        self._request = request
+        self._finished = False
+
+    def __iter__(self) -> _Stream:
+        return self
+
+    def __next__(self) -> GenerationChunk:
+        if self._finished:
+            raise StopIteration
+        try:
+            item = cast(_Channel, self._request.channel).get()
+        except BaseException:
+            self.close()
+            raise
+        if item is _END:
+            self._finished = True
+            if self._request.error is not None:
+                raise self._request.error
+            raise StopIteration
+        return cast(GenerationChunk, item)
+
+    def close(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._request.abandon()
+
+    def __enter__(self) -> _Stream:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 Prompt = Union[str, Sequence[int]]
@@ -404,9 +601,30 @@ def _split(kwargs: Mapping[str, Any], function: str,
     return _options(function, rest, own), cancel, parse_special
 
 
+def _chunks(request: _Request) -> Iterator[GenerationChunk]:
+    """The chunks of a request started with a channel; leaving early cancels it."""
+    with _Stream(request) as chunks:
+        yield from chunks
+
+
 def _collect(requests: list[_Request]) -> list[list[GenerationChunk]]:
-    """Every chunk of every request, drained concurrently (a request whose
-    chunks nobody reads for ``consumer_timeout`` would be cancelled as stalled)."""
+    """Every chunk of every request. Requests started with ``collect=True``
+    (no channel) are joined; channel requests are drained concurrently (one
+    whose chunks nobody read could be cancelled as stalled). An exception
+    while waiting (Ctrl-C) cancels and joins every request before it
+    propagates."""
+    if all(request.collected is not None for request in requests):
+        try:
+            for request in requests:
+                request.thread.join()
+        except BaseException:
+            _shutdown(requests, _EXIT_JOIN_S)
+            raise
+        for request in requests:
+            if request.error is not None:
+                raise request.error
+        return [request.collected or [] for request in requests]
+
     results: list[list[GenerationChunk]] = [[] for _ in requests]
     errors: list[BaseException | None] = [None] * len(requests)
 
@@ -424,9 +642,8 @@ def _collect(requests: list[_Request]) -> list[list[GenerationChunk]]:
         drain(0)
         for helper in helpers:
             helper.join()
-    except BaseException:  # Ctrl-C while waiting: stop every request, not just the first
-        for request in requests:
-            request.abandon()
+    except BaseException:
+        _shutdown(requests, _EXIT_JOIN_S)
         raise
     for error in errors:
         if error is not None:
@@ -465,7 +682,7 @@ def stream(target: Target, prompt: Prompt, **options: Unpack[GenerationOptions])
     _refuse_prompt_list("stream", prompt)
     parsed, cancel, parse_special = _split(options, "stream")
     (request,) = _start(target, prompt, 1, cancel, parse_special, parsed)
-    return _chunks(request)
+    return _Stream(request)
 
 
 _stream = stream  # chat's `stream` flag shadows the function inside chat
@@ -516,30 +733,33 @@ def generate(target: Target, prompt: Prompt | Prompts, *, n: int = 1,
                 for index in range(first, min(first + width, len(prompts))):
                     seeded = parsed if parsed.seed is None else \
                         dataclasses.replace(parsed, seed=parsed.seed + index)
-                    (request,) = _start(target, prompts[index], 1, cancel, parse_special, seeded)
+                    (request,) = _start(target, prompts[index], 1, cancel, parse_special, seeded, collect=True)
                     requests.append(request)
             except BaseException:
-                for request in requests:
-                    request.abandon()
+                _shutdown(requests, _EXIT_JOIN_S)
                 raise
             texts += [_text(chunks) for chunks in _collect(requests)]
         return texts
     one_prompt = cast(Prompt, prompt)  # (not a list of prompts, checked above)
-    texts = [_text(chunks) for chunks in _collect(_start(target, one_prompt, n, cancel, parse_special, parsed))]
+    texts = [_text(chunks) for chunks in _collect(_start(target, one_prompt, n, cancel, parse_special, parsed,
+                                                         collect=True))]
     return texts[0] if n == 1 else texts
 
 
 @explicit_signature()
 async def astream(target: Target, prompt: Prompt,
                   **options: Unpack[GenerationOptions]) -> AsyncIterator[GenerationChunk]:
-    """``async for`` version of :func:`stream`; the event loop is never blocked."""
+    """``async for`` version of :func:`stream`; the event loop is never
+    blocked and no executor thread is used (the producer hands chunks to the
+    loop), so concurrent async requests are bounded only by admission."""
     _refuse_prompt_list("astream", prompt)
     parsed, cancel, parse_special = _split(options, "astream")
-    (request,) = _start(target, prompt, 1, cancel, parse_special, parsed)
     loop = asyncio.get_running_loop()
+    (request,) = _start(target, prompt, 1, cancel, parse_special, parsed, loop=loop)
+    channel = cast(_Channel, request.channel)
     try:
         while True:
-            item = await loop.run_in_executor(None, request.channel.get)
+            item = await channel.aget()
             if item is _END:
                 break
             yield cast(GenerationChunk, item)
@@ -547,6 +767,7 @@ async def astream(target: Target, prompt: Prompt,
             raise request.error
     finally:
         request.abandon()
+        channel.drain()
 
 
 def render_chat(

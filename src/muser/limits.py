@@ -178,17 +178,18 @@ def check_seed(seed: Any, n: int = 1) -> int | None:
     are ``seed .. seed + n - 1``; the last must fit too."""
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        try:
-            seed = operator.index(seed)  # numpy integers
-        except TypeError:
-            raise TypeError(f"seed must be an int in [0, {MAX_SEED}] or None, got {_type_name(seed)}") from None
-    if not 0 <= seed <= MAX_SEED - (n - 1):
+    if isinstance(seed, bool):
+        raise TypeError(f"seed must be an int in [0, {MAX_SEED}] or None, got bool")
+    try:
+        value: int = operator.index(seed)  # ints and numpy integers
+    except TypeError:
+        raise TypeError(f"seed must be an int in [0, {MAX_SEED}] or None, got {_type_name(seed)}") from None
+    if not 0 <= value <= MAX_SEED - (n - 1):
         raise ValueError(
             f"seed must be in [0, {MAX_SEED - (n - 1)}] (32-bit, as llama.cpp; "
-            f"{n} completion(s) use seed .. seed + {n - 1}), got {seed}"
+            f"{n} completion(s) use seed .. seed + {n - 1}), got {value}"
         )
-    return seed
+    return value
 
 
 def check_threads(threads: Any) -> int | None:

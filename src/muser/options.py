@@ -62,7 +62,7 @@ class SharedOptions(TypedDict, total=False):
     context_shift: bool
     n_keep: int
     timeout: float | None
-    consumer_timeout: float
+    consumer_timeout: float | None
     special: bool
     logits_processors: Sequence[LogitsProcessor] | None
     stopping_criteria: Sequence[StoppingCriterion] | None

@@ -31,4 +31,10 @@ CASES: list[tuple[str, dict]] = [
     ("schema", {"schema": {"type": "string", "pattern": "(" * 2000}, "value": "x"}),
     ("schema", {"schema": {"type": "string", "format": 1}, "value": "x"}),
     ("schema", {"schema": {"required": [1], "properties": {"a": True}}, "value": {}}),
+    # Found by the fuzz harness (TypeError before the keyword table).
+    ("schema", {"schema": {"allOf": None}, "value": None}),
+    ("schema", {"schema": {"$ref": [], "properties": True, "type": "#"}, "value": {}}),
+    ("schema", {"schema": {"prefixItems": 1}, "value": None}),
+    ("schema", {"schema": {"type": {}, "$ref": "#", "properties": None}, "value": None}),
+    ("schema", {"schema": {"type": {}, "properties": {}, "$ref": "#", "required": None}, "value": None}),
 ]

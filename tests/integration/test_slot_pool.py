@@ -49,11 +49,7 @@ def test_sixteen_concurrent_requests_on_four_slots_all_complete_each_equal_to_ru
 
     def request(i):
         with pool.acquire(prompts[i]) as slot:
-            pool._core.begin_decoding()
-            try:
-                return _generate(slot, prompts[i], 24)
-            finally:
-                pool._core.end_decoding()
+            return _generate(slot, prompts[i], 24)
 
     assert run_in_threads(request, 16) == expected
     stats = pool.stats()

@@ -7,7 +7,8 @@ Invariants, in words:
   and every lease and permit it took is given back;
 - decoders take turns in the rotation; prefill never runs while one waits;
   a decoder waits at most one turn of each decoder ahead of it;
-- callers get slots first come, first served;
+- callers get slots longest cached prefix first, nobody passed over more
+  than the aging bound (ADMISSION_MAX_PASSED_OVER);
 - prompt chunks shrink to 64 rows while generations are decoding;
 - the batcher's groups list their slots in the cyclic rotation order.
 """

@@ -8,6 +8,7 @@
 #include "backend/cpu/ops_norm.h"
 #include "backend/registry.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "tensor/half_float.h"
 #include "tensor/reference_kernels.h"
 
@@ -226,6 +227,17 @@ void CpuBackend::run_region(const Plan& plan, const StepGraph& graph, const Step
         } else {
           std::this_thread::yield();  // the holder of a task may be descheduled
         }
+      }
+    }
+    if (interrupt_check_installed() && !failed_.load(std::memory_order_relaxed)) {
+      // Ctrl-C between stages: only the calling thread has a check installed
+      // (core/interrupt.h). Stopping fails this forward like a failed task
+      // (the others skip the rest); the session keeps its state.
+      try {
+        check_interrupt();
+      } catch (...) {
+        bool expected = false;
+        if (failed_.compare_exchange_strong(expected, true)) error_ = std::current_exception();
       }
     }
     StageCounter& c = counters_[s];

@@ -13,6 +13,7 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define MUSER_X86_DISPATCH 1
+#include <cpuid.h>
 #else
 #define MUSER_X86_DISPATCH 0
 #endif
@@ -53,8 +54,12 @@ CpuFeatures detect_features() {
 #if MUSER_X86_DISPATCH
   __builtin_cpu_init();
   // __builtin_cpu_supports also checks that the OS saves the wide registers.
-  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+  // F16C straight from CPUID (leaf 1, ECX bit 29): clang before 17 does not
+  // accept "f16c" in __builtin_cpu_supports. It needs no extra OS state
+  // beyond the AVX registers the "avx2" check already covers.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");

@@ -1,5 +1,6 @@
 #include "backend/cpu/vec_f16.h"
 
+#include "backend/cpu/kernel_set.h"
 #include "tensor/half_float.h"
 
 namespace muser::cpu {
@@ -43,10 +44,8 @@ const F16VecOps& scalar_f16_vec_ops() {
 
 const F16VecOps& f16_vec_ops() {
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-  static const F16VecOps& best =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
-          ? avx2_f16_vec_ops()
-          : scalar_f16_vec_ops();
+  // The one CPU probe (isa.cpp): its AVX2 level includes FMA and F16C.
+  static const F16VecOps& best = isa_supported(Isa::Avx2) ? avx2_f16_vec_ops() : scalar_f16_vec_ops();
   return best;
 #else
   return scalar_f16_vec_ops();

@@ -39,7 +39,7 @@ import json
 import math
 import re
 from fractions import Fraction
-from typing import Any
+from typing import Any, overload
 
 from muser import limits
 from muser.errors import GrammarError
@@ -524,7 +524,7 @@ _KEYWORD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 _COUNT_KEYWORDS = ("minItems", "maxItems", "minLength", "maxLength")
 
 
-def _check_keywords(schema: dict, hint: str) -> None:
+def _check_keywords(schema: dict[str, Any], hint: str) -> None:
     for key, (types, wanted) in _KEYWORD_TYPES.items():
         if key in schema:
             value = schema[key]
@@ -538,14 +538,20 @@ def _check_keywords(schema: dict, hint: str) -> None:
         _count(schema, key, hint, None)
     if "required" in schema and not all(isinstance(name, str) for name in schema["required"]):
         raise GrammarError(f"'required' at '{hint}' must be a list of strings")
-    types = schema.get("type")
-    if types is not None and not isinstance(types, str) and not (
-        isinstance(types, list) and all(isinstance(t, str) for t in types)
+    type_value = schema.get("type")
+    if type_value is not None and not isinstance(type_value, str) and not (
+        isinstance(type_value, list) and all(isinstance(t, str) for t in type_value)
     ):
-        raise GrammarError(f"'type' at '{hint}' must be a string or a list of strings, got {types!r}")
+        raise GrammarError(f"'type' at '{hint}' must be a string or a list of strings, got {type_value!r}")
 
 
-def _count(schema: dict, key: str, hint: str, default: int | None) -> int | None:
+@overload
+def _count(schema: dict[str, Any], key: str, hint: str, default: int) -> int: ...
+@overload
+def _count(schema: dict[str, Any], key: str, hint: str, default: None) -> int | None: ...
+
+
+def _count(schema: dict[str, Any], key: str, hint: str, default: int | None) -> int | None:
     """A non-negative integer keyword (minItems, maxLength, ...); 3.0 counts as 3."""
     if key not in schema:
         return default

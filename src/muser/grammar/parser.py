@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Union
+from typing import Iterable, TypeVar, Union
 
 from muser import limits
 from muser.errors import GrammarError
@@ -74,6 +74,7 @@ class Alternatives:
 
 
 Node = Union[Chars, RuleRef, Token, Repeat, Sequence, Alternatives]
+_AnyNode = TypeVar("_AnyNode", Chars, RuleRef, Token, Repeat, Sequence, Alternatives)
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class _Parser:
             raise self.error(f"expected a rule name, found {self.describe_here()}")
         return self.text[start : self.pos]
 
-    def nest(self, node: Node, children, pos: int) -> Node:
+    def nest(self, node: _AnyNode, children: Iterable[Node], pos: int) -> _AnyNode:
         """Record `node`'s depth (one more than its deepest child) and bound it."""
         depth = 1 + max((self.depth_of.get(id(c), 0) for c in children), default=0)
         if depth > limits.MAX_GRAMMAR_NESTING:

@@ -30,6 +30,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
+from muser import _core
 from muser.testing.schedule_log import AdmissionRecord, Moment, PermitRecord, ScheduleLog, moment_of, seq_of
 
 __all__ = [
@@ -50,9 +51,10 @@ PREFILL_CHUNK_ROWS = 512
 """Rows of a prefill chunk while no generation is decoding."""
 PREFILL_CHUNK_ROWS_CONTENDED = 64
 """Rows of a prefill chunk once a generation is decoding (or waits to)."""
-ADMISSION_PASS_BOUND = 0
+ADMISSION_PASS_BOUND = _core.ADMISSION_MAX_PASSED_OVER
 """How many later arrivals may be admitted before a waiting caller. Slot
-admission is first come, first served, so the bound is 0."""
+admission serves the longest cached prefix first with aging: nobody is
+passed over more than this many times (the core's constant)."""
 STARVATION_GRANTS = 64
 """A decoder still waiting after this many grants to others counts as starved."""
 
@@ -239,8 +241,8 @@ def check_no_starvation(log: ScheduleLog, max_passes: int = ADMISSION_PASS_BOUND
     """No waiter is passed over more than the documented bound.
 
     For slots: a caller waiting for admission sees at most ``max_passes``
-    later arrivals at the same pool admitted before it (first come, first
-    served: 0). For the accelerator: no decoder is still waiting at the end
+    later arrivals at the same pool admitted before it (the aging bound of
+    cache-aware admission). For the accelerator: no decoder is still waiting at the end
     of the log after ``starvation_grants`` grants went to others.
     """
     _complete(log)

@@ -40,7 +40,7 @@ class RequestSpec:
         shared_prefix: how many leading tokens the group shares.
         cancel_after_tokens: the caller cancels after receiving this many chunks.
         stall_s: the consumer pauses this long after its first chunk.
-        timeout_s: passed as ``timeout=`` (the request's deadline for getting a slot).
+        timeout_s: passed as ``timeout=`` (the deadline of the whole request).
     """
 
     arrival_s: float

@@ -1,0 +1,439 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_kv_storage.h"
+#include "backend/registry.h"
+#include "core/error.h"
+#include "core/limits.h"
+#include "tensor/half_float.h"
+
+namespace muser {
+namespace {
+
+// Above the CPU (10): "auto" takes the GPU when one is usable.
+const BackendRegistration registration(
+    "cuda", 20, [] { return cuda::probe_device(); },
+    [](const BackendContext&) -> std::unique_ptr<Backend> { return std::make_unique<cuda::CudaBackend>(); });
+
+}  // namespace
+
+namespace cuda {
+namespace {
+
+size_t align256(size_t n) { return (n + 255) & ~static_cast<size_t>(255); }
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Decode-group shape classes (1..4 rows) are captured as CUDA graphs; longer
+// steps run eagerly (their launch overhead is small beside their work).
+constexpr size_t kMaxCapturedRows = 4;
+// Compiled graphs kept at most (prefill remainders make many shape classes).
+constexpr size_t kMaxCompiled = 256;
+
+// The staging layout, for kMaxStepRows rows: per row token, position, ring
+// rows, write flag, KV table pointer; per output row its step row.
+struct Staging {
+  static size_t bytes() { return kMaxStepRows * (5 * sizeof(int32_t) + sizeof(void*)); }
+  const uint16_t* const** tables;
+  int32_t *tokens, *positions, *ring_rows, *writes, *output_rows;
+  static Staging at(void* base) {
+    Staging s;
+    uint8_t* p = static_cast<uint8_t*>(base);
+    s.tables = reinterpret_cast<const uint16_t* const**>(p);
+    int32_t* ints = reinterpret_cast<int32_t*>(p + kMaxStepRows * sizeof(void*));
+    s.tokens = ints;
+    s.positions = ints + kMaxStepRows;
+    s.ring_rows = ints + 2 * kMaxStepRows;
+    s.writes = ints + 3 * kMaxStepRows;
+    s.output_rows = ints + 4 * kMaxStepRows;
+    return s;
+  }
+};
+
+std::vector<float> widen_vector(const WeightDesc& w) {
+  const size_t n = static_cast<size_t>(w.ne[0] * w.ne[1]);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    switch (w.type) {
+      case DType::F32: std::memcpy(&out[i], w.data + 4 * i, 4); break;
+      case DType::F16: std::memcpy(&h, w.data + 2 * i, 2); out[i] = fp16_to_fp32(h); break;
+      case DType::BF16: std::memcpy(&h, w.data + 2 * i, 2); out[i] = bf16_to_fp32(h); break;
+      default:
+        throw ModelFormatError("[cuda backend] vector weight '" + w.name + "' has type " + dtype_info(w.type).name +
+                               ": expected F32, F16 or BF16");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend() {
+  check_cuda(cudaSetDevice(0), "cudaSetDevice");
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = stream;
+  try {
+    staging_host_ = PinnedBuffer(Staging::bytes(), "step inputs");
+    staging_dev_ = DeviceBuffer(Staging::bytes(), "step inputs");
+  } catch (...) {
+    cudaStreamDestroy(stream);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  drop_captures();
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(as_stream(stream_));
+    cudaStreamDestroy(as_stream(stream_));
+  }
+}
+
+void CudaBackend::drop_captures() noexcept {
+  for (auto& [id, c] : compiled_) {
+    if (c.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(c.exec));
+    c.exec = nullptr;
+  }
+}
+
+void CudaBackend::load_weights(const WeightTable& table) {
+  table_ = &table;
+  // Layout pass, then one allocation and one copy per weight.
+  std::vector<size_t> offset(table.size());
+  std::vector<std::vector<float>> widened(table.size());
+  size_t total = 0;
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    const WeightDesc& w = table[i];
+    offset[i] = total;
+    if (w.n_dims == 1) {
+      widened[i] = widen_vector(w);
+      total += align256(widened[i].size() * sizeof(float));
+    } else {
+      if (w.ne[0] % 32 != 0 || w.ne[0] % dtype_info(w.type).block_elems != 0) {
+        throw ModelFormatError("[cuda backend] tensor '" + w.name + "' has rows of " + std::to_string(w.ne[0]) +
+                               " elements: expected a multiple of 32 and of its block size");
+      }
+      total += align256(w.n_bytes);
+    }
+  }
+  weights_ = DeviceBuffer(total, "the model's weights (" + std::to_string(table.size()) + " tensors)");
+  weight_.resize(table.size());
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    const WeightDesc& w = table[i];
+    uint8_t* dst = weights_.as<uint8_t>() + offset[i];
+    DeviceWeight& d = weight_[i];
+    d.type = w.n_dims == 1 ? DType::F32 : w.type;
+    d.data = dst;
+    d.ne0 = w.ne[0];
+    d.ne1 = w.ne[1];
+    d.vector = w.n_dims == 1;
+    if (d.vector) {
+      copy_to_device(dst, widened[i].data(), widened[i].size() * sizeof(float), "upload weights");
+    } else {
+      copy_to_device(dst, w.data, w.n_bytes, "upload weights");
+    }
+  }
+}
+
+std::unique_ptr<KvStorage> CudaBackend::new_kv_storage(const KvLayout& layout) const {
+  return std::make_unique<CudaKvStorage>(layout);
+}
+
+const double* CudaBackend::rope_table(const OpParams& p, TensorId divisors, const StepGraph& graph) {
+  const uint32_t divisor_weight = divisors == kNoTensor ? ~uint32_t{0} : graph.tensor(divisors).weight;
+  const auto key = std::make_tuple(p.rope_base, p.n_rot, divisor_weight);
+  auto found = rope_tables_.find(key);
+  if (found == rope_tables_.end()) {
+    // The CPU's table, in double: base^(-2i/n_rot) [/ divisor_i].
+    std::vector<double> inv(p.n_rot / 2);
+    std::vector<float> div;
+    if (divisors != kNoTensor) div = widen_vector((*table_)[divisor_weight]);
+    for (size_t i = 0; i < inv.size(); ++i) {
+      inv[i] = std::pow(p.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(p.n_rot));
+      if (!div.empty()) inv[i] /= static_cast<double>(div[i]);
+    }
+    DeviceBuffer buf(std::max<size_t>(inv.size(), 1) * sizeof(double), "RoPE frequencies");
+    if (!inv.empty()) {
+      copy_to_device(buf.get(), inv.data(), inv.size() * sizeof(double), "RoPE frequencies");
+    }
+    found = rope_tables_.emplace(key, std::move(buf)).first;
+  }
+  return found->second.as<double>();
+}
+
+CudaBackend::Compiled& CudaBackend::compile(const StepGraph& graph) {
+  auto found = compiled_.find(graph.id);
+  if (found != compiled_.end()) return found->second;
+  if (compiled_.size() >= kMaxCompiled) {
+    drop_captures();
+    compiled_.clear();
+  }
+  Compiled c;
+  c.offset.assign(graph.tensors.size(), 0);
+  for (TensorId t = 0; t < graph.tensors.size(); ++t) {
+    const TensorDesc& d = graph.tensors[t];
+    if (d.kind != TensorKind::Activation) continue;
+    c.offset[t] = c.arena_floats;
+    c.arena_floats += align256(d.rows * d.cols * sizeof(float)) / sizeof(float);
+  }
+  c.rope_freqs.assign(graph.ops.size(), nullptr);
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Op& op = graph.ops[i];
+    if (op.kind == OpKind::MatMul) {
+      const DeviceWeight& w = weight_[graph.tensor(op.src[0]).weight];
+      const ActivationFormat f = activation_format(w.type);
+      const size_t rows = graph.tensor(op.src[1]).rows;
+      size_t& need = c.act_bytes[static_cast<uint32_t>(f)];
+      need = std::max(need, activation_bytes(f, rows, w.ne0));
+    } else if (op.kind == OpKind::Rope) {
+      c.rope_freqs[i] = rope_table(op.p, op.src[2], graph);
+    }
+  }
+  return compiled_.emplace(graph.id, std::move(c)).first->second;
+}
+
+void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
+  // Captured graphs hold the addresses of these buffers: growing any of them
+  // drops every capture (they are re-captured on their next step).
+  if (arena_.bytes() < c.arena_floats * sizeof(float)) {
+    drop_captures();
+    arena_ = DeviceBuffer(0, "");
+    arena_ = DeviceBuffer(c.arena_floats * sizeof(float), "activations of a step");
+  }
+  for (uint32_t f = 0; f < 4; ++f) {
+    if (act_scratch_[f].bytes() < c.act_bytes[f]) {
+      drop_captures();
+      act_scratch_[f] = DeviceBuffer(0, "");
+      act_scratch_[f] = DeviceBuffer(c.act_bytes[f], "quantized activations of a step");
+    }
+  }
+  if (logits_host_.bytes() < logits_floats * sizeof(float)) {
+    drop_captures();
+    logits_host_ = PinnedBuffer(logits_floats * sizeof(float), "logits of a step");
+  }
+}
+
+const ActivationView& CudaBackend::quantized(const Compiled& c, const StepGraph& graph, TensorId x, size_t k,
+                                             ActivationFormat format) {
+  Memo& m = memo_[static_cast<uint32_t>(format)];
+  if (m.source != x) {
+    m.view = quantize_activations(format, act(c, x), graph.tensor(x).rows, k,
+                                  act_scratch_[static_cast<uint32_t>(format)].get(), stream_);
+    m.source = x;
+  }
+  return m.view;
+}
+
+void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::vector<bool>& ring_layer,
+                          uint32_t n_layer) {
+  cudaStream_t stream = as_stream(stream_);
+  check_cuda(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), Staging::bytes(), cudaMemcpyHostToDevice,
+                             stream),
+             "copy step inputs");
+  const Staging dev = Staging::at(staging_dev_.get());
+  KvRows kv;
+  kv.tables = dev.tables;
+  kv.positions = dev.positions;
+  kv.ring_rows = dev.ring_rows;
+  kv.writes = dev.writes;
+  auto ints = [&](TensorId t) -> const int32_t* {
+    switch (graph.tensor(t).role) {
+      case InputRole::Tokens: return dev.tokens;
+      case InputRole::Positions: return dev.positions;
+      case InputRole::OutputRows: return dev.output_rows;
+    }
+    return nullptr;
+  };
+  auto weight_f32 = [&](TensorId t) -> const float* {
+    return t == kNoTensor ? nullptr : static_cast<const float*>(weight_[graph.tensor(t).weight].data);
+  };
+  for (Memo& m : memo_) m.source = kNoTensor;
+
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Op& op = graph.ops[i];
+    const OpParams& p = op.p;
+    const TensorDesc* dst = op.dst != kNoTensor ? &graph.tensor(op.dst) : nullptr;
+    switch (op.kind) {
+      case OpKind::GetRows: {
+        const TensorDesc& table = graph.tensor(op.src[0]);
+        if (table.kind == TensorKind::Weight) {
+          const DeviceWeight& w = weight_[table.weight];
+          get_rows(w.type, w.data, w.ne0, ints(op.src[1]), dst->rows, act(c, op.dst), stream_);
+        } else {
+          gather_rows(act(c, op.src[0]), table.cols, ints(op.src[1]), dst->rows, act(c, op.dst), stream_);
+        }
+        break;
+      }
+      case OpKind::MatMul: {
+        const DeviceWeight& w = weight_[graph.tensor(op.src[0]).weight];
+        const ActivationView& x = quantized(c, graph, op.src[1], w.ne0, activation_format(w.type));
+        matvec(w.type, w.data, w.ne1, x, dst->rows, act(c, op.dst), w.ne1, stream_);
+        break;
+      }
+      case OpKind::RmsNorm: {
+        const size_t group = p.group != 0 ? p.group : dst->cols;
+        rms_norm(act(c, op.src[0]), weight_f32(op.src[1]), dst->rows * dst->cols / group, group, p.eps,
+                 act(c, op.dst), stream_);
+        break;
+      }
+      case OpKind::Add: {
+        const TensorDesc& b = graph.tensor(op.src[1]);
+        if (b.kind == TensorKind::Weight) {
+          add(act(c, op.dst), act(c, op.src[0]), weight_f32(op.src[1]), dst->rows, dst->cols, 0, stream_);
+        } else {
+          add(act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), dst->rows, dst->cols, dst->cols, stream_);
+        }
+        break;
+      }
+      case OpKind::Scale:
+        scale(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols, p.scalar, stream_);
+        break;
+      case OpKind::Rope: {
+        if (op.dst != op.src[0]) {
+          check_cuda(cudaMemcpyAsync(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, stream),
+                     "rope copy");
+        }
+        rope(act(c, op.dst), dst->rows, p.n_head, p.head_dim_k, p.n_rot, p.rope_style == RopeStyle::Neox,
+             ints(op.src[1]), c.rope_freqs[i], p.rope_freq_scale, stream_);
+        break;
+      }
+      case OpKind::Glu:
+        glu(p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh, act(c, op.dst), act(c, op.src[0]),
+            act(c, op.src[1]), dst->rows * dst->cols, stream_);
+        break;
+      case OpKind::Softcap:
+        softcap(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols, p.scalar, stream_);
+        break;
+      case OpKind::SliceCols: {
+        const TensorDesc& src = graph.tensor(op.src[0]);
+        slice_cols(act(c, op.dst), act(c, op.src[0]), dst->rows, src.cols, p.offset, dst->cols, stream_);
+        break;
+      }
+      case OpKind::KvStore: {
+        const TensorDesc& k = graph.tensor(op.src[0]);
+        const TensorDesc& v = graph.tensor(op.src[1]);
+        write_kv(kv, n_layer, p.layer, ring_layer[p.layer], act(c, op.src[0]), k.cols, act(c, op.src[1]), v.cols,
+                 k.rows, stream_);
+        break;
+      }
+      case OpKind::Attention: {
+        AttentionShape shape;
+        shape.n_layer = n_layer;
+        shape.layer = p.layer;
+        shape.ring = ring_layer[p.layer];
+        shape.n_head = p.n_head;
+        shape.n_head_kv = p.n_head_kv;
+        shape.head_dim_k = p.head_dim_k;
+        shape.head_dim_v = p.head_dim_v;
+        shape.window = p.window;
+        shape.scale = p.scalar;
+        attention(kv, shape, act(c, op.src[0]), dst->rows, act(c, op.dst), stream_);
+        break;
+      }
+    }
+    // A quantization of a tensor this op rewrote is stale.
+    for (Memo& m : memo_) {
+      if (m.source == op.dst) m.source = kNoTensor;
+    }
+  }
+  const TensorDesc& logits = graph.tensor(graph.logits);
+  check_cuda(cudaMemcpyAsync(logits_host_.get(), act(c, graph.logits), logits.rows * logits.cols * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream),
+             "copy logits");
+}
+
+void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
+  const size_t n_rows = inputs.tokens.size();
+  if (n_rows == 0 || n_rows > kMaxStepRows || inputs.output_rows.size() > kMaxStepRows) {
+    throw InternalError("[cuda backend] execute: " + std::to_string(n_rows) + " rows");
+  }
+  Compiled& c = compile(graph);
+  const TensorDesc& logits = graph.tensor(graph.logits);
+  ensure_capacity(c, logits.rows * logits.cols);
+
+  // Per-step values into the pinned staging buffer.
+  const Staging host = Staging::at(staging_host_.get());
+  std::vector<const CudaKvStorage*> storage(inputs.slots.size());
+  for (size_t s = 0; s < inputs.slots.size(); ++s) {
+    storage[s] = dynamic_cast<const CudaKvStorage*>(&inputs.slots[s]->storage());
+    if (storage[s] == nullptr) throw InternalError("[cuda backend] execute: KV state of another backend");
+  }
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint32_t s = inputs.row_slot[r];
+    host.tokens[r] = inputs.tokens[r];
+    host.positions[r] = inputs.positions[r];
+    host.tables[r] = storage[s]->device_table();
+    host.ring_rows[r] = static_cast<int32_t>(inputs.slots[s]->ring_rows());
+    host.writes[r] = inputs.slot_writes[s] ? 1 : 0;
+  }
+  for (size_t i = 0; i < inputs.output_rows.size(); ++i) host.output_rows[i] = inputs.output_rows[i];
+  const KvLayout& layout = inputs.slots.front()->layout();
+  const uint32_t n_layer = static_cast<uint32_t>(layout.layers.size());
+  std::vector<bool> ring_layer(n_layer);
+  for (uint32_t il = 0; il < n_layer; ++il) ring_layer[il] = layout.layers[il].window != 0;
+
+  cudaStream_t stream = as_stream(stream_);
+  try {
+    if (graph.shape.n_rows <= kMaxCapturedRows) {
+      if (c.exec == nullptr) {
+        check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        cudaGraph_t captured = nullptr;
+        try {
+          enqueue(graph, c, ring_layer, n_layer);
+        } catch (...) {
+          cudaStreamEndCapture(stream, &captured);
+          if (captured != nullptr) cudaGraphDestroy(captured);
+          cudaGetLastError();
+          throw;
+        }
+        check_cuda(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t err = cudaGraphInstantiate(&exec, captured, 0);
+        cudaGraphDestroy(captured);
+        check_cuda(err, "cudaGraphInstantiate");
+        c.exec = exec;
+      }
+      check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(c.exec), stream), "cudaGraphLaunch");
+    } else {
+      enqueue(graph, c, ring_layer, n_layer);
+    }
+  } catch (...) {
+    // Leave nothing queued behind a failed step: work already enqueued
+    // finishes before the error reaches the caller (and before anything it
+    // frees could be reused).
+    cudaStreamSynchronize(stream);
+    cudaGetLastError();
+    throw;
+  }
+  check_cuda(cudaStreamSynchronize(stream), "step");
+
+  const float* rows = logits_host_.as<float>();
+  for (size_t i = 0; i < inputs.outputs.size(); ++i) {
+    std::memcpy(inputs.outputs[i], rows + i * logits.cols, logits.cols * sizeof(float));
+  }
+  // Embeddings: the final hidden states of the rows that asked, read after
+  // the step (the stream is idle; embedding steps are prefills, never graph
+  // replays on the decode path, so a plain synchronous copy is enough).
+  if (graph.hidden != kNoTensor) {
+    const size_t n_embd = graph.tensor(graph.hidden).cols;
+    const float* hidden = act(c, graph.hidden);
+    for (size_t r = 0; r < inputs.hidden.size(); ++r) {
+      if (inputs.hidden[r] == nullptr) continue;
+      check_cuda(cudaMemcpy(inputs.hidden[r], hidden + r * n_embd, n_embd * sizeof(float), cudaMemcpyDeviceToHost),
+                 "copy hidden states");
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace muser

@@ -1,0 +1,97 @@
+// The CUDA backend: runs step graphs (graph/ops.h) on one NVIDIA GPU.
+//
+// - load_weights uploads every weight once: matrices as their GGUF blocks
+//   (each 256-byte aligned in one allocation), vectors widened to float32.
+// - KV lives in CudaKvStorage (device memory, the shared KvState layout and
+//   bookkeeping).
+// - execute() enqueues every op of the graph on the backend's own stream and
+//   waits once; logits leave the device only for the step's output rows.
+//   Activations live in one device arena shared by all graphs (steps run one
+//   at a time), laid out per graph when the graph is first seen. Decode-group
+//   shape classes (up to 4 rows) are captured once as a CUDA graph, keyed by
+//   the step graph's id, and replayed: per-step values (tokens, positions,
+//   output rows, each row's KV table, ring size and write flag) travel in one
+//   pinned staging buffer copied in by the graph itself, so a step is one
+//   graph launch and one wait.
+//
+// Exactness: every kernel computes a row from that row alone with reductions
+// ordered by the row's own length and position (cuda_ops.h), so a row's
+// logits and KV are bitwise the same alone or in any group, in any order, in
+// any prefill chunking, and captured graphs replay exactly the eager launches.
+//
+// Thread safety: execute runs one step at a time (the engine's scheduler
+// permit owns the stream); new_kv_storage may be called from any thread.
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_buffer.h"
+
+namespace muser::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+
+  const char* name() const override { return "cuda"; }
+  void load_weights(const WeightTable& weights) override;
+  std::unique_ptr<KvStorage> new_kv_storage(const KvLayout& layout) const override;
+  void execute(const StepGraph& graph, const StepInputs& inputs) override;
+
+ private:
+  struct DeviceWeight {
+    DType type = DType::F32;
+    const void* data = nullptr;  // device
+    size_t ne0 = 0, ne1 = 1;
+    bool vector = false;         // widened to float32
+  };
+  // What a graph needs beyond the shared buffers, computed when first seen.
+  struct Compiled {
+    std::vector<size_t> offset;          // per tensor: float offset in the arena (activations)
+    size_t arena_floats = 0;
+    std::array<size_t, 4> act_bytes{};   // quantization scratch per ActivationFormat
+    std::vector<const double*> rope_freqs;  // per op (Rope only)
+    void* exec = nullptr;                // cudaGraphExec_t (decode shapes), once captured
+  };
+
+  Compiled& compile(const StepGraph& graph);
+  void ensure_capacity(const Compiled& c, size_t logits_floats);
+  void drop_captures() noexcept;
+  const double* rope_table(const OpParams& p, TensorId divisors, const StepGraph& graph);
+  void enqueue(const StepGraph& graph, const Compiled& c, const std::vector<bool>& ring_layer, uint32_t n_layer);
+  float* act(const Compiled& c, TensorId t) const { return arena_.as<float>() + c.offset[t]; }
+  const ActivationView& quantized(const Compiled& c, const StepGraph& graph, TensorId x, size_t k,
+                                  ActivationFormat format);
+
+  void* stream_ = nullptr;  // cudaStream_t
+  const WeightTable* table_ = nullptr;
+  DeviceBuffer weights_;
+  std::vector<DeviceWeight> weight_;
+  std::map<std::tuple<double, size_t, uint32_t>, DeviceBuffer> rope_tables_;  // (base, n_rot, divisor weight)
+
+  std::unordered_map<uint64_t, Compiled> compiled_;
+  DeviceBuffer arena_;
+  std::array<DeviceBuffer, 4> act_scratch_;
+  PinnedBuffer logits_host_;
+  // Per-step values: pinned staging and its device copy (fixed size, for
+  // kMaxStepRows rows, so captured graphs never see them move).
+  PinnedBuffer staging_host_;
+  DeviceBuffer staging_dev_;
+
+  // Quantized activations of the current stage: (source tensor, view) per format.
+  struct Memo {
+    TensorId source = kNoTensor;
+    ActivationView view;
+  };
+  std::array<Memo, 4> memo_;
+};
+
+}  // namespace muser::cuda

@@ -1,0 +1,28 @@
+#include "backend/cuda/cuda_device.h"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+namespace muser::cuda {
+
+std::string probe_device() {
+  static std::once_flag once;
+  static std::string reason;
+  std::call_once(once, [] {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    cudaGetLastError();  // leave no sticky status behind for later calls
+    if (err == cudaSuccess && count > 0) return;
+    if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {
+      reason = "no CUDA device";
+    } else if (err == cudaErrorInsufficientDriver) {
+      reason = "no CUDA device (the NVIDIA driver is missing or older than the CUDA runtime)";
+    } else {
+      reason = std::string("no CUDA device (") + cudaGetErrorString(err) + ")";
+    }
+  });
+  return reason;
+}
+
+}  // namespace muser::cuda

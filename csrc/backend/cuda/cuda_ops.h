@@ -1,0 +1,127 @@
+// Host-side launchers of the CUDA backend's kernels: the op set on device
+// buffers. Plain C++ (no CUDA headers), so the backend, the test entry points
+// and the benchmarks include it from ordinary .cpp files.
+//
+// Conventions: every pointer is device memory; row-major float32 rows unless
+// said otherwise; every launcher enqueues on `stream` (a cudaStream_t passed
+// as void*) and returns without waiting. Launch failures throw through
+// check_cuda (cuda_error.h).
+//
+// Exactness: each kernel computes a row from that row's inputs alone, with a
+// reduction order fixed by the row's length (never by how many rows are in
+// the launch or where the row sits among them). So a row's bits are the same
+// alone, in any group of rows and in any prefill chunking, and every run is
+// deterministic.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+#include "tensor/reference_kernels.h"
+
+namespace muser::cuda {
+
+// Rows one matvec launch tile carries: decode groups use 1..4, prefill
+// segments walk their rows in tiles of kPrefillTileRows.
+constexpr int kPrefillTileRows = 8;
+
+// An activation matrix (n_rows, k) prepared for weights of one type: int8
+// quants with per-block scales, or the float rows themselves for F32/F16/BF16
+// weights. Laid out for aligned loads on the device (the bytes differ from
+// BlockQ8_*, the values are the same as ref::quantize_row_*):
+//   q     int8  (n_rows, k)
+//   d     float (n_rows, k / block): the block scale (Q8_0/Q8_1: the fp16 d
+//         widened; Q8_K: the fp32 d of each 256-element block)
+//   s     float (n_rows, k / 32): Q8_1 only, fp16(d * sum(q)) widened
+//   bsum  int32 (n_rows, k / 16): Q8_K only, sums of each 16 quants
+//   f     float (n_rows, k): F32 only (points at the input rows)
+struct ActivationView {
+  ActivationFormat format = ActivationFormat::F32;
+  size_t k = 0;
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  const float* s = nullptr;
+  const int32_t* bsum = nullptr;
+  const float* f = nullptr;
+};
+
+// Device bytes an ActivationView of n_rows x k takes (F32 needs none).
+size_t activation_bytes(ActivationFormat format, size_t n_rows, size_t k);
+
+// Quantizes x (n_rows, k) into `scratch` (activation_bytes of room) and
+// returns the view. F32 returns a view of x itself. Bitwise the values of
+// ref::quantize_row_*.
+ActivationView quantize_activations(ActivationFormat format, const float* x, size_t n_rows, size_t k,
+                                    void* scratch, void* stream);
+
+// y (n_rows, ld_y) columns [0, n_out) = x (n_rows, k) times the weight
+// matrix w (n_out rows of k elements of `type`, GGUF row layout). x is in
+// activation_format(type).
+void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+            size_t ld_y, void* stream);
+
+// out (n, width) = rms_norm of each row of x times weight (width floats;
+// null: no weight). `out` may equal x. A row may be a head: n = rows * heads,
+// width = head_dim.
+void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream);
+
+// dst (n, width) = a (n, width) + b (b_row_stride 0: the same vector for
+// every row). dst may be a.
+void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream);
+// dst (count) = src * factor. dst may be src.
+void scale(float* dst, const float* src, size_t count, float factor, void* stream);
+// dst (count) = cap * tanh(src / cap). dst may be src.
+void softcap(float* dst, const float* src, size_t count, float cap, void* stream);
+
+enum class Glu : int { Silu = 0, GeluTanh = 1 };
+// dst (count) = act(gate) * up. dst may be gate.
+void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream);
+
+// dst (n, dst_cols) = src (n, src_cols) columns [offset, offset + dst_cols).
+void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
+                void* stream);
+
+// Rotates the first n_rot dims of each head of x (n_rows, n_heads * head_dim)
+// by angles positions[r] * position_scale * inv_freq[i] (inv_freq: n_rot/2
+// doubles on the device). neox: pairs (i, i + n_rot/2), else (2i, 2i+1).
+void rope(float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
+          const int32_t* positions, const double* inv_freq, double position_scale, void* stream);
+
+// out (n_rows, k) = rows ids[r] of the matrix w (rows of k elements of
+// `type`), dequantized; bitwise ref::dequantize_row.
+void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_rows, float* out, void* stream);
+
+// out (n, width) = rows ids[i] of x (rows of width floats).
+void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, float* out, void* stream);
+
+// Where each row of a forward writes and reads its keys and values. Per-row
+// tables live on the device so one recorded launch serves every step.
+struct KvRows {
+  // (n_rows) pointer to the row's session table of 2 * n_layer plane
+  // pointers: K planes of layers 0..n_layer-1, then V planes (f16).
+  const uint16_t* const* const* tables = nullptr;
+  const int32_t* positions = nullptr;   // (n_rows) the row's position
+  const int32_t* ring_rows = nullptr;   // (n_rows) ring size of its session (0: no ring)
+  const int32_t* writes = nullptr;      // (n_rows) 1: write the row's K/V, 0: replay
+};
+
+// Converts the row's k (n_rows, k_width) and v to f16 and stores them at the
+// row's position in layer `layer` (ring layers at position % ring_rows).
+void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k, size_t k_width,
+              const float* v, size_t v_width, size_t n_rows, void* stream);
+
+// out (n_rows, n_head * head_dim_v) = softmax(q.K * scale) V for every query
+// head over the row's visible positions [max(0, pos - window + 1), pos]
+// (window 0: all), with K/V read from the f16 planes of layer `layer`.
+struct AttentionShape {
+  uint32_t n_layer = 0, layer = 0;
+  bool ring = false;
+  size_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
+  size_t window = 0;
+  float scale = 1.0f;
+};
+void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
+               void* stream);
+
+}  // namespace muser::cuda

@@ -1,0 +1,233 @@
+#include "backend/cuda_testing.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_buffer.h"
+#include "core/error.h"
+
+namespace muser::cuda_testing {
+namespace {
+
+using cuda::DeviceBuffer;
+
+void require_device() {
+  const std::string reason = cuda::probe_device();
+  if (!reason.empty()) throw InvalidArgument("[cuda testing] " + reason);
+}
+
+// A private stream for one test call, destroyed on every path.
+class Stream {
+ public:
+  Stream() { cuda::check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  void* get() const { return stream_; }
+  void sync() const { cuda::check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+template <typename T>
+DeviceBuffer upload(const T* data, size_t count, const char* what) {
+  DeviceBuffer buf(count * sizeof(T), what);
+  cuda::copy_to_device(buf.get(), data, count * sizeof(T), what);
+  return buf;
+}
+
+template <typename T>
+std::vector<T> download(const DeviceBuffer& buf, size_t count) {
+  std::vector<T> out(count);
+  if (count > 0) {
+    cuda::check_cuda(cudaMemcpy(out.data(), buf.get(), count * sizeof(T), cudaMemcpyDeviceToHost), "download");
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<T> download_ptr(const T* ptr, size_t count) {
+  std::vector<T> out(count);
+  if (count > 0) {
+    cuda::check_cuda(cudaMemcpy(out.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows) {
+  require_device();
+  const DTypeInfo& info = dtype_info(type);
+  if (k == 0 || k % 32 != 0 || k % info.block_elems != 0) {
+    throw InvalidArgument("[cuda testing] matvec row length must be a multiple of 32 and of the block size");
+  }
+  Stream stream;
+  DeviceBuffer dw = upload(w, n_out * (k / info.block_elems) * info.block_bytes, "weights");
+  DeviceBuffer dx = upload(x, n_rows * k, "x");
+  const ActivationFormat format = activation_format(type);
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
+  const cuda::ActivationView view =
+      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
+  cuda::matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get());
+  stream.sync();
+  return download<float>(dy, n_rows * n_out);
+}
+
+QuantizedRows quantize(ActivationFormat format, const float* x, size_t n_rows, size_t k) {
+  require_device();
+  if (format == ActivationFormat::F32 || k == 0 || k % activation_block_elems(format) != 0) {
+    throw InvalidArgument("[cuda testing] quantize: a Q8 format and a block-multiple length are needed");
+  }
+  Stream stream;
+  DeviceBuffer dx = upload(x, n_rows * k, "x");
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  const cuda::ActivationView v = cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
+  stream.sync();
+  QuantizedRows out;
+  out.q = download_ptr(v.q, n_rows * k);
+  const size_t block = activation_block_elems(format);
+  out.d = download_ptr(v.d, n_rows * k / block);
+  if (v.s != nullptr) out.s = download_ptr(v.s, n_rows * k / 32);
+  if (v.bsum != nullptr) out.bsum = download_ptr(v.bsum, n_rows * k / 16);
+  return out;
+}
+
+std::vector<float> get_rows(DType type, const uint8_t* w, size_t k, size_t n_rows_w, const std::vector<int32_t>& ids) {
+  require_device();
+  const DTypeInfo& info = dtype_info(type);
+  if (k == 0 || k % 32 != 0 || k % info.block_elems != 0) {
+    throw InvalidArgument("[cuda testing] get_rows row length must be a multiple of 32 and of the block size");
+  }
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= n_rows_w) throw InvalidArgument("[cuda testing] get_rows: id out of range");
+  }
+  Stream stream;
+  DeviceBuffer dw = upload(w, n_rows_w * (k / info.block_elems) * info.block_bytes, "weights");
+  DeviceBuffer dids = upload(ids.data(), ids.size(), "ids");
+  DeviceBuffer dout(ids.size() * k * sizeof(float), "out");
+  cuda::get_rows(type, dw.get(), k, dids.as<int32_t>(), ids.size(), dout.as<float>(), stream.get());
+  stream.sync();
+  return download<float>(dout, ids.size() * k);
+}
+
+std::vector<float> rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps) {
+  require_device();
+  Stream stream;
+  DeviceBuffer dx = upload(x, n * width, "x");
+  DeviceBuffer dw = upload(weight, width, "weight");
+  DeviceBuffer dout(n * width * sizeof(float), "out");
+  cuda::rms_norm(dx.as<float>(), dw.as<float>(), n, width, eps, dout.as<float>(), stream.get());
+  stream.sync();
+  return download<float>(dout, n * width);
+}
+
+std::vector<float> glu(int kind, const float* gate, const float* up, size_t count) {
+  require_device();
+  Stream stream;
+  DeviceBuffer dg = upload(gate, count, "gate");
+  DeviceBuffer du = upload(up, count, "up");
+  cuda::glu(kind == 0 ? cuda::Glu::Silu : cuda::Glu::GeluTanh, dg.as<float>(), dg.as<float>(), du.as<float>(), count,
+            stream.get());
+  stream.sync();
+  return download<float>(dg, count);
+}
+
+std::vector<float> softcap(const float* x, size_t count, float cap) {
+  require_device();
+  Stream stream;
+  DeviceBuffer dx = upload(x, count, "x");
+  cuda::softcap(dx.as<float>(), dx.as<float>(), count, cap, stream.get());
+  stream.sync();
+  return download<float>(dx, count);
+}
+
+std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
+                        const std::vector<int32_t>& positions, double base, double position_scale,
+                        const std::vector<float>& divisors) {
+  require_device();
+  if (positions.size() != n_rows || n_rot > head_dim || n_rot % 2 != 0) {
+    throw InvalidArgument("[cuda testing] rope: one position per row, even n_rot <= head_dim");
+  }
+  std::vector<double> inv_freq(n_rot / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    if (!divisors.empty()) inv_freq[i] /= static_cast<double>(divisors[i]);
+  }
+  Stream stream;
+  DeviceBuffer dx = upload(x, n_rows * n_heads * head_dim, "x");
+  DeviceBuffer dpos = upload(positions.data(), positions.size(), "positions");
+  DeviceBuffer dfreq = upload(inv_freq.data(), inv_freq.size(), "inv_freq");
+  cuda::rope(dx.as<float>(), n_rows, n_heads, head_dim, n_rot, neox, dpos.as<int32_t>(), dfreq.as<double>(),
+             position_scale, stream.get());
+  stream.sync();
+  return download<float>(dx, n_rows * n_heads * head_dim);
+}
+
+std::vector<float> attention(const AttentionCase& c) {
+  require_device();
+  const size_t n_rows = c.positions.size();
+  const size_t k_width = c.n_head_kv * c.head_dim_k, v_width = c.n_head_kv * c.head_dim_v;
+  if (c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0 || c.k_plane.size() != c.plane_rows * k_width ||
+      c.v_plane.size() != c.plane_rows * v_width || c.q.size() != n_rows * c.n_head * c.head_dim_k) {
+    throw InvalidArgument("[cuda testing] attention: inconsistent shapes");
+  }
+  for (int32_t p : c.positions) {
+    const size_t rows_needed = c.ring_rows > 0 ? c.ring_rows : static_cast<size_t>(p) + 1;
+    if (p < 0 || rows_needed > c.plane_rows) throw InvalidArgument("[cuda testing] attention: position outside the planes");
+  }
+  Stream stream;
+  DeviceBuffer dk = upload(c.k_plane.data(), c.k_plane.size(), "k plane");
+  DeviceBuffer dv = upload(c.v_plane.data(), c.v_plane.size(), "v plane");
+  // One layer: the session table holds {K plane, V plane}.
+  const uint16_t* table_host[2] = {dk.as<uint16_t>(), dv.as<uint16_t>()};
+  DeviceBuffer dtable = upload(table_host, 2, "table");
+  std::vector<const uint16_t* const*> tables(n_rows, dtable.as<const uint16_t* const>());
+  DeviceBuffer dtables = upload(tables.data(), n_rows, "tables");
+  std::vector<int32_t> ring(n_rows, static_cast<int32_t>(c.ring_rows));
+  DeviceBuffer dpos = upload(c.positions.data(), n_rows, "positions");
+  DeviceBuffer dring = upload(ring.data(), n_rows, "ring rows");
+  DeviceBuffer dq = upload(c.q.data(), c.q.size(), "q");
+  DeviceBuffer dout(n_rows * c.n_head * c.head_dim_v * sizeof(float), "out");
+  cuda::KvRows kv;
+  kv.tables = dtables.as<const uint16_t* const* const>();
+  kv.positions = dpos.as<int32_t>();
+  kv.ring_rows = dring.as<int32_t>();
+  cuda::AttentionShape shape;
+  shape.n_layer = 1;
+  shape.layer = 0;
+  shape.ring = c.ring_rows > 0;
+  shape.n_head = c.n_head;
+  shape.n_head_kv = c.n_head_kv;
+  shape.head_dim_k = c.head_dim_k;
+  shape.head_dim_v = c.head_dim_v;
+  shape.window = c.window;
+  shape.scale = c.scale;
+  cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), stream.get());
+  stream.sync();
+  return download<float>(dout, n_rows * c.n_head * c.head_dim_v);
+}
+
+size_t device_free_bytes() {
+  require_device();
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::device_memory(&free_bytes, &total_bytes);
+  return free_bytes;
+}
+
+DeviceMemoryHold::DeviceMemoryHold(size_t bytes) {
+  require_device();
+  cuda::DeviceBuffer buf(bytes, "test hold");
+  ptr_ = buf.release();  // freed by release()
+}
+
+void DeviceMemoryHold::release() noexcept {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+  ptr_ = nullptr;
+}
+
+}  // namespace muser::cuda_testing

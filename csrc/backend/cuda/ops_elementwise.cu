@@ -1,0 +1,213 @@
+// Row-wise ops of the CUDA backend: norms, residual adds, activations, RoPE,
+// the embedding lookup and the f16 KV store. Each thread or block computes
+// from its own row only, with fixed-order reductions.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/weight_units.cuh"
+#include "core/error.h"
+
+namespace muser::cuda {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+// One block per row: sum of squares in double (as the CPU reference does),
+// combined in a fixed tree, then out = (x * scale) * w.
+__global__ void rms_norm_kernel(const float* x, const float* weight, size_t width, float eps, float* out) {
+  const size_t row = blockIdx.x;
+  const float* xr = x + row * width;
+  double sum = 0.0;
+  for (size_t i = threadIdx.x; i < width; i += kNormThreads) {
+    const double v = static_cast<double>(xr[i]);
+    sum += v * v;
+  }
+  sum = warp_sum(sum);
+  __shared__ double partial[kNormThreads / 32];
+  __shared__ float scale_s;
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int i = 0; i < kNormThreads / 32; ++i) total += partial[i];
+    const float mean = static_cast<float>(total / static_cast<double>(width));
+    scale_s = 1.0f / sqrtf(mean + eps);
+  }
+  __syncthreads();
+  const float scale = scale_s;
+  float* o = out + row * width;
+  if (weight != nullptr) {
+    for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = (xr[i] * scale) * weight[i];
+  } else {
+    for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = xr[i] * scale;
+  }
+}
+
+__global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * width) return;
+  dst[i] = a[i] + b[(i / width) * b_row_stride + i % width];
+}
+
+__global__ void scale_kernel(float* dst, const float* src, size_t count, float factor) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) dst[i] = src[i] * factor;
+}
+
+__global__ void softcap_kernel(float* dst, const float* src, size_t count, float cap) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) dst[i] = cap * tanhf(src[i] / cap);
+}
+
+__global__ void glu_kernel(int kind, float* dst, const float* gate, const float* up, size_t count) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const float g = gate[i];
+  if (kind == static_cast<int>(Glu::Silu)) {
+    dst[i] = g / (1.0f + expf(-g)) * up[i];
+  } else {
+    // gelu, tanh form: g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)).
+    constexpr float kMinusTwoSqrt2OverPi = -1.5957691216057308f;
+    constexpr float kCubic = 0.044715f;
+    dst[i] = g / (1.0f + expf(kMinusTwoSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
+  }
+}
+
+__global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t src_cols, size_t offset,
+                                  size_t dst_cols) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * dst_cols) return;
+  dst[i] = src[(i / dst_cols) * src_cols + offset + i % dst_cols];
+}
+
+// One block per row, one thread per (head, pair). Angles in double as on
+// the CPU, so both backends rotate by the same float cos/sin.
+__global__ void rope_kernel(float* x, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
+                            const int32_t* positions, const double* inv_freq, double position_scale) {
+  const size_t row = blockIdx.x;
+  const size_t half = n_rot / 2;
+  const double p = static_cast<double>(positions[row]) * position_scale;
+  for (size_t t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
+    const size_t h = t / half, i = t % half;
+    const double theta = p * inv_freq[i];
+    const float c = static_cast<float>(cos(theta));
+    const float s = static_cast<float>(sin(theta));
+    float* head = x + (row * n_heads + h) * head_dim;
+    float* a = neox ? head + i : head + 2 * i;
+    float* b = neox ? head + i + half : head + 2 * i + 1;
+    const float x0 = *a, x1 = *b;
+    *a = x0 * c - x1 * s;
+    *b = x0 * s + x1 * c;
+  }
+}
+
+template <typename T>
+__global__ void get_rows_kernel(const uint8_t* w, size_t row_bytes, size_t k, const int32_t* ids, float* out) {
+  const size_t r = blockIdx.x;
+  const uint8_t* wrow = w + static_cast<size_t>(ids[r]) * row_bytes;
+  for (size_t e = threadIdx.x; e < k; e += blockDim.x) {
+    out[r * k + e] = T::dequant(wrow, static_cast<int>(e / 32), static_cast<int>(e % 32));
+  }
+}
+
+__global__ void write_kv_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k,
+                                size_t k_width, const float* v, size_t v_width) {
+  const size_t r = blockIdx.x;
+  if (kv.writes[r] == 0) return;
+  const int32_t pos = kv.positions[r];
+  const size_t slot = ring ? static_cast<size_t>(pos % kv.ring_rows[r]) : static_cast<size_t>(pos);
+  uint16_t* kp = const_cast<uint16_t*>(kv.tables[r][layer]) + slot * k_width;
+  uint16_t* vp = const_cast<uint16_t*>(kv.tables[r][n_layer + layer]) + slot * v_width;
+  for (size_t i = threadIdx.x; i < k_width; i += blockDim.x) kp[i] = f32_to_f16_bits(k[r * k_width + i]);
+  for (size_t i = threadIdx.x; i < v_width; i += blockDim.x) vp[i] = f32_to_f16_bits(v[r * v_width + i]);
+}
+
+__global__ void gather_rows_kernel(const float* x, size_t width, const int32_t* ids, float* out) {
+  const size_t r = blockIdx.x;
+  const float* src = x + static_cast<size_t>(ids[r]) * width;
+  for (size_t i = threadIdx.x; i < width; i += blockDim.x) out[r * width + i] = src[i];
+}
+
+constexpr unsigned kThreads = 256;
+
+}  // namespace
+
+void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, float* out, void* stream) {
+  if (n == 0) return;
+  gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, width, ids,
+                                                                                                    out);
+  check_launch("gather_rows");
+}
+
+void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
+  if (n == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(n), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, weight, width,
+                                                                                                   eps, out);
+  check_launch("rms_norm");
+}
+
+void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream) {
+  if (n * width == 0) return;
+  add_kernel<<<ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, a, b, n, width,
+                                                                                                 b_row_stride);
+  check_launch("add");
+}
+
+void scale(float* dst, const float* src, size_t count, float factor, void* stream) {
+  if (count == 0) return;
+  scale_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, count,
+                                                                                                factor);
+  check_launch("scale");
+}
+
+void softcap(float* dst, const float* src, size_t count, float cap, void* stream) {
+  if (count == 0) return;
+  softcap_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, count,
+                                                                                                  cap);
+  check_launch("softcap");
+}
+
+void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream) {
+  if (count == 0) return;
+  glu_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind),
+                                                                                              dst, gate, up, count);
+  check_launch("glu");
+}
+
+void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
+                void* stream) {
+  if (n * dst_cols == 0) return;
+  slice_cols_kernel<<<ceil_div(n * dst_cols, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      dst, src, n, src_cols, offset, dst_cols);
+  check_launch("slice_cols");
+}
+
+void rope(float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
+          const int32_t* positions, const double* inv_freq, double position_scale, void* stream) {
+  if (n_rows == 0 || n_rot == 0) return;
+  rope_kernel<<<static_cast<unsigned>(n_rows), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, n_heads, head_dim, n_rot, neox, positions, inv_freq, position_scale);
+  check_launch("rope");
+}
+
+void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_rows, float* out, void* stream) {
+  if (n_rows == 0) return;
+  const size_t row_bytes = k / dtype_info(type).block_elems * dtype_info(type).block_bytes;
+  const bool ok = dispatch_type(type, [&]<typename T>() {
+    get_rows_kernel<T><<<static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const uint8_t*>(w), row_bytes, k, ids, out);
+  });
+  if (!ok) throw InternalError(std::string("[cuda get_rows] no kernel for type ") + dtype_info(type).name);
+  check_launch("get_rows");
+}
+
+void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k, size_t k_width,
+              const float* v, size_t v_width, size_t n_rows, void* stream) {
+  if (n_rows == 0) return;
+  write_kv_kernel<<<static_cast<unsigned>(n_rows), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+      kv, n_layer, layer, ring, k, k_width, v, v_width);
+  check_launch("write_kv");
+}
+
+}  // namespace muser::cuda

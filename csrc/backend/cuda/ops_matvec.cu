@@ -1,0 +1,115 @@
+// Quantized matrix times a few activation rows: one warp per weight row,
+// each lane walking units u = lane, lane + 32, ... of that row, so every
+// weight byte is read once for all rows of the tile. Per row, each lane sums
+// its units' contributions in order and the warp combines the 32 partial
+// sums in a fixed butterfly: the order depends only on the row length, so a
+// row's result is bitwise the same for any tile size and position (batch and
+// chunking invariance).
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/weight_units.cuh"
+#include "core/error.h"
+
+namespace muser::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+
+__device__ __forceinline__ ActRow act_row(const ActivationView& x, size_t r) {
+  ActRow a;
+  const size_t k = x.k;
+  a.q = x.q != nullptr ? reinterpret_cast<const int*>(x.q + r * k) : nullptr;
+  a.f = x.f != nullptr ? x.f + r * k : nullptr;
+  switch (x.format) {
+    case ActivationFormat::Q8_K:
+      a.d = x.d + r * (k / 256);
+      a.s = nullptr;
+      a.bsum = x.bsum + r * (k / 16);
+      break;
+    case ActivationFormat::Q8_1:
+      a.d = x.d + r * (k / 32);
+      a.s = x.s + r * (k / 32);
+      a.bsum = nullptr;
+      break;
+    default:
+      a.d = x.d != nullptr ? x.d + r * (k / 32) : nullptr;
+      a.s = nullptr;
+      a.bsum = nullptr;
+      break;
+  }
+  return a;
+}
+
+// Grid: (weight rows / kWarpsPerBlock, row tiles). A tile holds kRows rows
+// (fewer in the last tile: rows past n_rows are skipped, never computed).
+template <typename T, int kRows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units, ActivationView x,
+                  size_t n_rows, float* __restrict__ y, size_t ld_y) {
+  const size_t n = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (n >= n_out) return;
+  const size_t row0 = static_cast<size_t>(blockIdx.y) * kRows;
+  const uint8_t* wrow = w + n * row_bytes;
+  ActRow act[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) act[r] = act_row(x, row0 + r < n_rows ? row0 + r : row0);
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  for (int u = lane; u < n_units; u += 32) {
+    typename T::Unit unit;
+    T::load(wrow, u, unit);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r < n_rows) acc[r] += T::dot(unit, act[r], u);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float total = warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < n_rows) y[(row0 + r) * ld_y + n] = total;
+  }
+}
+
+template <typename T, int kRows>
+void launch_matvec(const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
+                   cudaStream_t stream) {
+  const size_t k = x.k;
+  const size_t row_bytes = k / T::kBlockElems * T::kBlockBytes;
+  const int n_units = static_cast<int>(k / 32);
+  const dim3 grid(ceil_div(n_out, kWarpsPerBlock), ceil_div(n_rows, kRows));
+  matvec_kernel<T, kRows><<<grid, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const uint8_t*>(w), row_bytes,
+                                                                     n_out, n_units, x, n_rows, y, ld_y);
+  check_launch("matvec");
+}
+
+}  // namespace
+
+void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+            size_t ld_y, void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (n_rows == 0 || n_out == 0) return;
+  if (x.format != activation_format(type)) {
+    throw InternalError(std::string("[cuda matvec] weights of type ") + dtype_info(type).name + " need " +
+                        activation_format_name(activation_format(type)) + " activations, got " +
+                        activation_format_name(x.format));
+  }
+  if (x.k % 32 != 0 || x.k % dtype_info(type).block_elems != 0) {
+    throw InternalError("[cuda matvec] row length " + std::to_string(x.k) + " is not a block multiple");
+  }
+  const bool ok = dispatch_type(type, [&]<typename T>() {
+    // Decode groups get a tile of exactly their row count; longer batches
+    // walk tiles of kPrefillTileRows. Every variant computes a row the same way.
+    switch (n_rows) {
+      case 1: launch_matvec<T, 1>(w, n_out, x, n_rows, y, ld_y, stream); break;
+      case 2: launch_matvec<T, 2>(w, n_out, x, n_rows, y, ld_y, stream); break;
+      case 3: launch_matvec<T, 3>(w, n_out, x, n_rows, y, ld_y, stream); break;
+      case 4: launch_matvec<T, 4>(w, n_out, x, n_rows, y, ld_y, stream); break;
+      default: launch_matvec<T, kPrefillTileRows>(w, n_out, x, n_rows, y, ld_y, stream); break;
+    }
+  });
+  if (!ok) throw InternalError(std::string("[cuda matvec] no kernel for type ") + dtype_info(type).name);
+}
+
+}  // namespace muser::cuda

@@ -1,0 +1,74 @@
+// Entry points that run single CUDA ops on host data, for the GPU tests
+// (tests/cuda/) and kernel benchmarks: each copies its inputs to the device,
+// runs the op on a private stream, waits and copies the result back. Built
+// from csrc/backend/cuda/cuda_testing.cpp with CUDA, and from no_cuda.cpp
+// (every call throws "compiled without CUDA") without. Not thread-safe
+// against a running CudaBackend on the same device only in timing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tensor/dtype.h"
+#include "tensor/reference_kernels.h"
+
+namespace muser::cuda_testing {
+
+// y (n_rows, n_out) = x (n_rows, k) @ W.T for W (n_out rows of k elements of
+// `type`, raw GGUF bytes); x is quantized on the device first. All rows go
+// through one launch (tiles as the backend uses them).
+std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
+
+// The device activation layout of quantize_activations, per row.
+struct QuantizedRows {
+  std::vector<int8_t> q;       // (n_rows, k)
+  std::vector<float> d;        // (n_rows, k / block)
+  std::vector<float> s;        // Q8_1: (n_rows, k / 32)
+  std::vector<int32_t> bsum;   // Q8_K: (n_rows, k / 16)
+};
+QuantizedRows quantize(ActivationFormat format, const float* x, size_t n_rows, size_t k);
+
+std::vector<float> get_rows(DType type, const uint8_t* w, size_t k, size_t n_rows_w, const std::vector<int32_t>& ids);
+std::vector<float> rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps);
+// kind 0: SwiGLU, 1: GeGLU (tanh). Returns act(gate) * up.
+std::vector<float> glu(int kind, const float* gate, const float* up, size_t count);
+std::vector<float> softcap(const float* x, size_t count, float cap);
+// x (n_rows, n_heads * head_dim) rotated at `positions` with inv_freq
+// pow(base, -2i/n_rot) / divisors[i] (divisors may be empty).
+std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
+                        const std::vector<int32_t>& positions, double base, double position_scale,
+                        const std::vector<float>& divisors);
+
+// One layer of f16 K/V planes of `plane_rows` rows and queries at given
+// positions; ring_rows > 0 reads position p at row p % ring_rows.
+struct AttentionCase {
+  std::vector<uint16_t> k_plane, v_plane;  // (plane_rows, n_head_kv * head_dim_*), f16 bits
+  size_t plane_rows = 0;
+  std::vector<float> q;                    // (n_rows, n_head * head_dim_k)
+  std::vector<int32_t> positions;          // (n_rows)
+  size_t ring_rows = 0;
+  size_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, window = 0;
+  float scale = 1.0f;
+};
+std::vector<float> attention(const AttentionCase& c);
+
+// Device memory free right now (bytes).
+size_t device_free_bytes();
+
+// Holds `bytes` of device memory until release() or destruction, so tests
+// can run the out-of-memory paths on a large GPU. Throws DeviceMemoryError
+// when the device cannot give that much.
+class DeviceMemoryHold {
+ public:
+  explicit DeviceMemoryHold(size_t bytes);
+  ~DeviceMemoryHold() { release(); }
+  DeviceMemoryHold(const DeviceMemoryHold&) = delete;
+  DeviceMemoryHold& operator=(const DeviceMemoryHold&) = delete;
+  void release() noexcept;
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+}  // namespace muser::cuda_testing

@@ -1,0 +1,37 @@
+// Stands in for csrc/backend/cuda/ in builds without a CUDA toolkit (CMake
+// compiles exactly one of the two): the backend registry already reports
+// "compiled without CUDA" for the name; here the CUDA test entry points say
+// why they cannot run, so bindings and stubs are the same in every build.
+#include <string>
+
+#include "backend/cuda_testing.h"
+#include "core/error.h"
+
+namespace muser::cuda_testing {
+namespace {
+
+[[noreturn]] void unavailable(const char* what) {
+  throw InvalidArgument(std::string("[cuda testing] ") + what +
+                        ": compiled without CUDA (rebuild with a CUDA toolkit installed; MUSER_CUDA=ON)");
+}
+
+}  // namespace
+
+std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("matvec"); }
+QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }
+std::vector<float> get_rows(DType, const uint8_t*, size_t, size_t, const std::vector<int32_t>&) {
+  unavailable("get_rows");
+}
+std::vector<float> rms_norm(const float*, const float*, size_t, size_t, float) { unavailable("rms_norm"); }
+std::vector<float> glu(int, const float*, const float*, size_t) { unavailable("glu"); }
+std::vector<float> softcap(const float*, size_t, float) { unavailable("softcap"); }
+std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, const std::vector<int32_t>&, double,
+                        double, const std::vector<float>&) {
+  unavailable("rope");
+}
+std::vector<float> attention(const AttentionCase&) { unavailable("attention"); }
+size_t device_free_bytes() { unavailable("device_free_bytes"); }
+DeviceMemoryHold::DeviceMemoryHold(size_t) { unavailable("DeviceMemoryHold"); }
+void DeviceMemoryHold::release() noexcept {}
+
+}  // namespace muser::cuda_testing

@@ -1,0 +1,202 @@
+// `_core._testing.cuda_*`: single CUDA ops on NumPy inputs, for the GPU tests
+// in tests/cuda/ and kernel benchmarks. In builds without CUDA (or without a
+// device) every call raises ValueError saying why, so the signatures and the
+// committed stubs are the same in every build. Results are new NumPy arrays
+// that own their memory; compute releases the GIL.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda_testing.h"
+#include "bindings/bindings.h"
+#include "core/error.h"
+#include "tensor/dtype.h"
+
+namespace nb = nanobind;
+
+namespace muser::bindings {
+namespace {
+
+using Bytes1D = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Floats1D = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Floats2D = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using U16s2D = nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+template <typename T>
+nb::ndarray<nb::numpy, T> to_numpy(std::vector<T>&& v, std::initializer_list<size_t> shape) {
+  auto* owned = new std::vector<T>(std::move(v));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.begin(), owner);
+}
+
+DType dtype_of(uint32_t type_id) {
+  const DTypeInfo* info = find_dtype(type_id);
+  if (info == nullptr) throw InvalidArgument("[testing] unsupported type id " + std::to_string(type_id));
+  return info->type;
+}
+
+ActivationFormat format_of(const std::string& name) {
+  for (ActivationFormat f : {ActivationFormat::Q8_0, ActivationFormat::Q8_1, ActivationFormat::Q8_K}) {
+    if (name == activation_format_name(f)) return f;
+  }
+  throw InvalidArgument("[testing] activation format must be Q8_0, Q8_1 or Q8_K, got '" + name + "'");
+}
+
+void check_weight_bytes(DType type, size_t k, size_t rows, size_t got) {
+  const DTypeInfo& info = dtype_info(type);
+  if (k == 0 || k % info.block_elems != 0 || got != rows * (k / info.block_elems) * info.block_bytes) {
+    throw InvalidArgument("[testing] weight bytes do not hold " + std::to_string(rows) + " rows of " +
+                          std::to_string(k) + " " + info.name + " elements");
+  }
+}
+
+}  // namespace
+
+void bind_testing_cuda(nb::module_& m) {
+  m.def("cuda_free_bytes", &cuda_testing::device_free_bytes, "Device memory free right now, in bytes.");
+  nb::class_<cuda_testing::DeviceMemoryHold>(m, "CudaMemoryHold",
+                                             "Holds device memory until release() (tests of out-of-memory paths).")
+      .def(nb::init<size_t>(), nb::arg("bytes"))
+      .def("release", &cuda_testing::DeviceMemoryHold::release, "Frees the held memory now.");
+  m.def(
+      "cuda_matvec",
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        check_weight_bytes(type, k, n_out, w.shape(0));
+        std::vector<float> y;
+        {
+          nb::gil_scoped_release release;
+          y = cuda_testing::matvec(type, w.data(), n_out, k, x.data(), n_rows);
+        }
+        return to_numpy(std::move(y), {n_rows, n_out});
+      },
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"),
+      "y = x @ W.T on the GPU for W (n_out, x.shape[1]) of `type_id` (raw GGUF bytes); all rows in one "
+      "launch (tiles of 1..4 rows, or 8 for more).");
+  m.def(
+      "cuda_quantize",
+      [](const std::string& format_name, const Floats2D& x) {
+        const ActivationFormat format = format_of(format_name);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        cuda_testing::QuantizedRows q;
+        {
+          nb::gil_scoped_release release;
+          q = cuda_testing::quantize(format, x.data(), n_rows, k);
+        }
+        const size_t nd = q.d.size(), ns = q.s.size(), nbs = q.bsum.size();
+        return nb::make_tuple(to_numpy(std::move(q.q), {n_rows, k}), to_numpy(std::move(q.d), {nd}),
+                              to_numpy(std::move(q.s), {ns}), to_numpy(std::move(q.bsum), {nbs}));
+      },
+      nb::arg("format"), nb::arg("x"),
+      "(q, d, s, bsum) of the GPU activation quantization of rows x (d per block; s Q8_1 only; bsum Q8_K only).");
+  m.def(
+      "cuda_get_rows",
+      [](uint32_t type_id, const Bytes1D& w, size_t k, size_t n_rows_w, std::vector<int32_t> ids) {
+        const DType type = dtype_of(type_id);
+        check_weight_bytes(type, k, n_rows_w, w.shape(0));
+        std::vector<float> out;
+        {
+          nb::gil_scoped_release release;
+          out = cuda_testing::get_rows(type, w.data(), k, n_rows_w, ids);
+        }
+        return to_numpy(std::move(out), {ids.size(), k});
+      },
+      nb::arg("type_id"), nb::arg("w"), nb::arg("k"), nb::arg("n_rows_w"), nb::arg("ids"),
+      "Rows `ids` of a (n_rows_w, k) tensor, dequantized on the GPU.");
+  m.def(
+      "cuda_rms_norm",
+      [](const Floats2D& x, const Floats1D& weight, float eps) {
+        const size_t n = x.shape(0), width = x.shape(1);
+        if (weight.shape(0) != width) throw InvalidArgument("[testing] rms_norm weight length != row width");
+        std::vector<float> out;
+        {
+          nb::gil_scoped_release release;
+          out = cuda_testing::rms_norm(x.data(), weight.data(), n, width, eps);
+        }
+        return to_numpy(std::move(out), {n, width});
+      },
+      nb::arg("x"), nb::arg("weight"), nb::arg("eps"), "RMS norm of each row times weight, on the GPU.");
+  m.def(
+      "cuda_glu",
+      [](const std::string& kind, const Floats1D& gate, const Floats1D& up) {
+        if (kind != "silu" && kind != "gelu_tanh") throw InvalidArgument("[testing] glu kind: silu or gelu_tanh");
+        if (gate.shape(0) != up.shape(0)) throw InvalidArgument("[testing] glu: gate and up lengths differ");
+        std::vector<float> out;
+        {
+          nb::gil_scoped_release release;
+          out = cuda_testing::glu(kind == "silu" ? 0 : 1, gate.data(), up.data(), gate.shape(0));
+        }
+        return to_numpy(std::move(out), {gate.shape(0)});
+      },
+      nb::arg("kind"), nb::arg("gate"), nb::arg("up"), "act(gate) * up on the GPU.");
+  m.def(
+      "cuda_softcap",
+      [](const Floats1D& x, float cap) {
+        std::vector<float> out;
+        {
+          nb::gil_scoped_release release;
+          out = cuda_testing::softcap(x.data(), x.shape(0), cap);
+        }
+        return to_numpy(std::move(out), {x.shape(0)});
+      },
+      nb::arg("x"), nb::arg("cap"), "cap * tanh(x / cap) on the GPU.");
+  m.def(
+      "cuda_rope",
+      [](const Floats2D& x, size_t n_heads, size_t n_rot, bool neox, std::vector<int32_t> positions, double base,
+         double position_scale, std::vector<float> divisors) {
+        const size_t n_rows = x.shape(0);
+        if (n_heads == 0 || x.shape(1) % n_heads != 0) throw InvalidArgument("[testing] rope: width % n_heads");
+        const size_t head_dim = x.shape(1) / n_heads;
+        std::vector<float> out;
+        {
+          nb::gil_scoped_release release;
+          out = cuda_testing::rope(x.data(), n_rows, n_heads, head_dim, n_rot, neox, positions, base, position_scale,
+                                   divisors);
+        }
+        return to_numpy(std::move(out), {n_rows, x.shape(1)});
+      },
+      nb::arg("x"), nb::arg("n_heads"), nb::arg("n_rot"), nb::arg("neox"), nb::arg("positions"), nb::arg("base"),
+      nb::arg("position_scale") = 1.0, nb::arg("divisors") = std::vector<float>{},
+      "RoPE of each row's heads at `positions` on the GPU.");
+  m.def(
+      "cuda_attention",
+      [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
+         size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window, float scale) {
+        cuda_testing::AttentionCase c;
+        c.plane_rows = k_plane.shape(0);
+        if (v_plane.shape(0) != c.plane_rows || n_head == 0 || n_head_kv == 0 || k_plane.shape(1) % n_head_kv != 0 ||
+            v_plane.shape(1) % n_head_kv != 0 || q.shape(1) % n_head != 0) {
+          throw InvalidArgument("[testing] attention: inconsistent shapes");
+        }
+        c.head_dim_k = k_plane.shape(1) / n_head_kv;
+        c.head_dim_v = v_plane.shape(1) / n_head_kv;
+        c.k_plane.assign(k_plane.data(), k_plane.data() + k_plane.size());
+        c.v_plane.assign(v_plane.data(), v_plane.data() + v_plane.size());
+        c.q.assign(q.data(), q.data() + q.size());
+        c.positions = std::move(positions);
+        c.ring_rows = ring_rows;
+        c.n_head = n_head;
+        c.n_head_kv = n_head_kv;
+        c.window = window;
+        c.scale = scale;
+        const size_t n_rows = c.positions.size();
+        if (q.shape(0) != n_rows) throw InvalidArgument("[testing] attention: one position per query row");
+        std::vector<float> out;
+        {
+          nb::gil_scoped_release release;
+          out = cuda_testing::attention(c);
+        }
+        return to_numpy(std::move(out), {n_rows, n_head * c.head_dim_v});
+      },
+      nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
+      nb::arg("n_head_kv"), nb::arg("ring_rows") = 0, nb::arg("window") = 0, nb::arg("scale") = 1.0f,
+      "Attention of query rows at `positions` over one layer's f16 K/V planes (raw bits), on the GPU.");
+}
+
+}  // namespace muser::bindings

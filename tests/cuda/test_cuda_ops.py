@@ -1,0 +1,188 @@
+"""Each CUDA op against its oracle: the scalar reference kernels (through
+_core._testing) or NumPy, with the one tolerance table of the CPU tests;
+and the batch invariance of the row-wise kernels, bitwise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as GT
+
+from muser._core import _testing as t
+from tests.backend.kernel_cases import ALL_TYPES, block_geometry, id_of, random_matrix
+
+# Float accumulation order differs from the scalar kernels (lanes, then a
+# butterfly), the integer parts are exact: relative to sum |w_i x_i|.
+DOT_RTOL = {q: 2e-6 for q in ALL_TYPES}
+for _q in (GT.F32, GT.F16, GT.BF16):
+    DOT_RTOL[_q] = 1e-5
+
+
+def row_length(qtype: GT, blocks: int) -> int:
+    elems, _ = block_geometry(qtype)
+    return blocks * max(elems, 32)
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda q: q.name)
+@pytest.mark.parametrize("shape", [(1, 33, 1), (3, 100, 2), (4, 31, 3), (13, 64, 18)],
+                         ids=lambda s: f"rows{s[0]}-out{s[1]}-blocks{s[2]}")
+def test_matvec_matches_the_scalar_reference(qtype, shape):
+    n_rows, n_out, blocks = shape
+    k = row_length(qtype, blocks if block_geometry(qtype)[0] != 256 else min(blocks, 6))
+    rng = np.random.default_rng(n_out * 7 + id_of(qtype))
+    raw = random_matrix(qtype, k, n_out, rng)
+    x = rng.standard_normal((n_rows, k)).astype(np.float32)
+    gpu = t.cuda_matvec(id_of(qtype), raw, n_out, x)
+    ref = t.matmul(id_of(qtype), raw, k, n_out, x, threads=1, isa="scalar")
+    w = t.dequantize(id_of(qtype), raw, k * n_out).reshape(n_out, k).astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(w).T + 1e-30
+    assert np.all(np.abs(gpu - ref) <= DOT_RTOL[qtype] * scale * 4), np.max(np.abs(gpu - ref) / scale)
+
+
+@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.F16, GT.Q8_0, GT.Q5_1], ids=lambda q: q.name)
+def test_a_matvec_row_is_bitwise_the_same_alone_in_any_group_and_in_prefill_tiles(qtype):
+    rng = np.random.default_rng(5)
+    k = row_length(qtype, 4 if block_geometry(qtype)[0] == 256 else 16)
+    n_out = 96
+    raw = random_matrix(qtype, k, n_out, rng)
+    x = rng.standard_normal((13, k)).astype(np.float32)
+    everything = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # tiles of 8
+    for r in range(13):
+        alone = t.cuda_matvec(id_of(qtype), raw, n_out, x[r:r + 1])
+        assert np.array_equal(alone[0], everything[r])
+    for group in ([3, 0], [7, 2, 11], [12, 5, 1, 9], [9, 1, 5, 12]):
+        y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]))
+        assert np.array_equal(y, everything[group])
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1", "Q8_K"])
+def test_activation_quantization_is_bitwise_the_reference(fmt):
+    rng = np.random.default_rng(1)
+    k = 512
+    x = (rng.standard_normal((3, k)) * rng.uniform(0.01, 10, (3, 1))).astype(np.float32)
+    x[1, :256] = 0.0  # an all-zero block
+    q, d, s, bsum = t.cuda_quantize(fmt, x)
+    for r in range(3):
+        raw = t.quantize_activation(fmt, x[r], "scalar")
+        if fmt == "Q8_K":
+            blocks = raw.view(np.uint8).reshape(-1, 292)
+            ref_d = blocks[:, 0:4].copy().view(np.float32).reshape(-1)
+            ref_q = blocks[:, 4:260].copy().view(np.int8).reshape(-1)
+            ref_bsum = blocks[:, 260:292].copy().view(np.int16).reshape(-1)
+            assert np.array_equal(q[r], ref_q)
+            assert np.array_equal(d.reshape(3, -1)[r], ref_d)
+            assert np.array_equal(bsum.reshape(3, -1)[r], ref_bsum.astype(np.int32))
+        else:
+            size = 34 if fmt == "Q8_0" else 36
+            blocks = raw.view(np.uint8).reshape(-1, size)
+            ref_d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32).reshape(-1)
+            ref_q = blocks[:, size - 32:].copy().view(np.int8).reshape(-1)
+            assert np.array_equal(q[r], ref_q)
+            assert np.array_equal(d.reshape(3, -1)[r], ref_d)
+            if fmt == "Q8_1":
+                ref_s = blocks[:, 2:4].copy().view(np.float16).astype(np.float32).reshape(-1)
+                assert np.array_equal(s.reshape(3, -1)[r], ref_s)
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda q: q.name)
+def test_get_rows_dequantizes_bitwise_like_the_reference(qtype):
+    rng = np.random.default_rng(2)
+    k = row_length(qtype, 2)
+    raw = random_matrix(qtype, k, 10, rng)
+    ids = [9, 0, 4, 4]
+    gpu = t.cuda_get_rows(id_of(qtype), raw, k, 10, ids)
+    ref = t.dequantize(id_of(qtype), raw, k * 10).reshape(10, k)[ids]
+    assert np.array_equal(gpu, ref)
+
+
+def test_rms_norm_matches_numpy():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 576)).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, 576).astype(np.float32)
+    gpu = t.cuda_rms_norm(x, w, 1e-5)
+    xd = x.astype(np.float64)
+    ref = xd / np.sqrt((xd * xd).mean(axis=1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(gpu, ref, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
+def test_glu_matches_numpy(kind):
+    rng = np.random.default_rng(4)
+    g = (rng.standard_normal(1000) * 4).astype(np.float32)
+    u = rng.standard_normal(1000).astype(np.float32)
+    gpu = t.cuda_glu(kind, g, u)
+    gd = g.astype(np.float64)
+    if kind == "silu":
+        act = gd / (1 + np.exp(-gd))
+    else:
+        act = 0.5 * gd * (1 + np.tanh(np.sqrt(2 / np.pi) * (gd + 0.044715 * gd**3)))
+    np.testing.assert_allclose(gpu, act * u, rtol=1e-5, atol=1e-6)
+
+
+def test_softcap_matches_numpy():
+    x = np.linspace(-100, 100, 513).astype(np.float32)
+    np.testing.assert_allclose(t.cuda_softcap(x, 30.0), 30.0 * np.tanh(x.astype(np.float64) / 30.0), rtol=1e-6,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("neox", [False, True])
+def test_rope_matches_numpy(neox):
+    rng = np.random.default_rng(6)
+    n_heads, head_dim, n_rot = 3, 64, 48
+    positions = [0, 1, 17, 4095]
+    x = rng.standard_normal((4, n_heads * head_dim)).astype(np.float32)
+    divisors = list(rng.uniform(1, 8, n_rot // 2).astype(np.float32))
+    gpu = t.cuda_rope(x, n_heads, n_rot, neox, positions, 500000.0, 0.5, divisors)
+    inv = 500000.0 ** (-2.0 * np.arange(n_rot // 2) / n_rot) / np.array(divisors, dtype=np.float64)
+    ref = x.astype(np.float64).reshape(4, n_heads, head_dim).copy()
+    for r, p in enumerate(positions):
+        theta = p * 0.5 * inv
+        c, s = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+        half = n_rot // 2
+        a_idx = np.arange(half) if neox else 2 * np.arange(half)
+        b_idx = a_idx + half if neox else a_idx + 1
+        a, b = ref[r][:, a_idx].copy(), ref[r][:, b_idx].copy()
+        ref[r][:, a_idx] = a * c - b * s
+        ref[r][:, b_idx] = a * s + b * c
+    np.testing.assert_allclose(gpu, ref.reshape(4, -1), rtol=1e-5, atol=1e-5)
+
+
+def _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, scale):
+    hd_k = k.shape[1] // n_head_kv
+    hd_v = v.shape[1] // n_head_kv
+    kf = k.view(np.float16).astype(np.float64)
+    vf = v.view(np.float16).astype(np.float64)
+    group = n_head // n_head_kv
+    out = np.zeros((len(positions), n_head * hd_v))
+    for r, p in enumerate(positions):
+        first = p + 1 - window if window and p + 1 > window else 0
+        slots = [(pp % ring_rows) if ring_rows else pp for pp in range(first, p + 1)]
+        for h in range(n_head):
+            kvh = h // group
+            qh = q[r, h * hd_k:(h + 1) * hd_k].astype(np.float64)
+            keys = kf[slots, kvh * hd_k:(kvh + 1) * hd_k]
+            s = keys @ qh * scale
+            w = np.exp(s - s.max())
+            w /= w.sum()
+            out[r, h * hd_v:(h + 1) * hd_v] = w @ vf[slots, kvh * hd_v:(kvh + 1) * hd_v]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["global", "ring"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_attention_matches_numpy_and_rows_are_independent(layout, head_dim):
+    rng = np.random.default_rng(head_dim)
+    n_head, n_head_kv = 8, 2
+    ring_rows, window = (300, 200) if layout == "ring" else (0, 0)
+    plane_rows = 300 if layout == "ring" else 700
+    k = rng.standard_normal((plane_rows, n_head_kv * head_dim)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((plane_rows, n_head_kv * head_dim)).astype(np.float16).view(np.uint16)
+    positions = [0, 5, 129, 255, 256, 650] if layout == "global" else [0, 199, 200, 420, 650]
+    q = (rng.standard_normal((len(positions), n_head * head_dim)) / np.sqrt(head_dim) * 3).astype(np.float32)
+    gpu = t.cuda_attention(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 1.0)
+    ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 1.0)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=1e-5)
+    for r in range(len(positions)):
+        alone = t.cuda_attention(k, v, np.ascontiguousarray(q[r:r + 1]), [positions[r]], n_head, n_head_kv,
+                                 ring_rows, window, 1.0)
+        assert np.array_equal(alone[0], gpu[r])
