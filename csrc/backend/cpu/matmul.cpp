@@ -123,13 +123,6 @@ void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, Thre
              pool);
 }
 
-void matmul(const TensorInfo& w, const PackedWeights& packs, const float* x, size_t n_rows, float* y,
-            ThreadPool& pool) {
-  const PackedWeight* pack = packs.find(w);
-  const KernelSet& kernels = pack != nullptr ? pack->kernels() : kernel_set(best_isa());
-  run_matmul(MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size()), pack), x, n_rows, y, pool);
-}
-
 namespace {
 
 void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, ThreadPool& pool) {

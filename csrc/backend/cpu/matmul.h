@@ -76,9 +76,4 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
 // layouts: bitwise ref::vec_dot); same contract.
 void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool);
 
-// matmul of w through its pack in `packs` when it has one, else with the
-// best table on the GGUF blocks.
-void matmul(const TensorInfo& w, const PackedWeights& packs, const float* x, size_t n_rows, float* y,
-            ThreadPool& pool);
-
 }  // namespace muser::cpu
