@@ -396,7 +396,11 @@ def fuzz(target: str, seconds: float, seed: int = 0, save: bool = True) -> FuzzR
         state_dir = Path(state)
         command = [sys.executable, "-m", "tests.hostile.fuzz_harness", "--child", "--target", target,
                    "--seconds", str(seconds), "--seed", str(seed), "--state-dir", state]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO),
+        # The child imports the same muser this process did: the installed
+        # package in CI, the source tree with a dev build locally.
+        import muser
+        package_root = Path(muser.__file__).resolve().parent.parent
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package_root), str(REPO),
                                                            os.environ.get("PYTHONPATH", "")]))
         # Startup and shrinking get their own allowance; a case that never
         # returns is caught by this cap.
