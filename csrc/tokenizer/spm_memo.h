@@ -1,5 +1,6 @@
-// Per-call memos for SentencePiece encoding, shared by all fragments of one
-// encode() call (see spm_encoder.cpp). Not shared between calls or threads.
+// Per-call memos and work buffers for SentencePiece encoding, shared by all
+// fragments of one encode() call (see spm_encoder.cpp). Not shared between
+// calls or threads.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +11,26 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/merge_queue.h"
+
 namespace muser {
+
+// Work records of the SentencePiece merge loop.
+struct SpmSymbol {
+  uint32_t start;
+  uint32_t length;  // 0 once merged into the symbol on its left
+  int32_t prev;
+  int32_t next;
+  int32_t id;  // token id of the symbol's text, -1 when it is not a token
+};
+
+struct SpmBigram {
+  float score;
+  int32_t left;
+  int32_t right;
+  uint32_t length;
+  int32_t id;
+};
 
 class SpmMemo {
  public:
@@ -41,6 +61,11 @@ class SpmMemo {
     word_text_.emplace_back(std::make_unique<std::string>(word));
     words_.emplace(*word_text_.back(), std::make_pair(first, count));
   }
+
+  // Buffers of the merge loop, reused word after word (no allocation per word).
+  std::vector<SpmSymbol> symbols;
+  std::vector<SpmBigram> heap;
+  MergeQueue<SpmBigram> queue;
 
  private:
   struct PairEntry {
