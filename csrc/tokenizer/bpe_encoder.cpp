@@ -7,11 +7,11 @@
 // llm_tokenizer_bpe, on token ids instead of strings: every merge names known
 // tokens (checked at load), so ids and texts correspond one to one.
 #include <algorithm>
-#include <unordered_map>
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/merge_queue.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/word_memo.h"
 
 namespace muser {
 
@@ -95,42 +95,35 @@ struct Tokenizer::BpeScratch {
 void Tokenizer::encode_bpe_fragments(std::string_view text, const std::vector<TextFragment>& fragments,
                                      std::vector<int32_t>& out, EncodeControl& control) const {
   BpeScratch scratch;
+  // Word bytes -> where its ids already are in `out`, across the fragments:
+  // real text repeats words constantly, and a word's ids depend on nothing else.
+  WordMemo memo(text.size());
   for (const TextFragment& f : fragments) {
     if (f.token >= 0) {
       out.push_back(f.token);
     } else {
-      encode_bpe(text.substr(f.offset, f.length), out, scratch, control);
+      encode_bpe(text.substr(f.offset, f.length), out, scratch, memo, control);
     }
   }
 }
 
-void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch,
+void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch, WordMemo& memo,
                            EncodeControl& control) const {
   std::string& clean = scratch.clean;
   pre_tokenizer_->split(text, clean, scratch.words, scratch.pre, control);
-
-  // Per-call memo: word bytes -> where its ids already are in `out`. Real
-  // text repeats words constantly, and a word's ids depend on nothing else.
-  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
-  seen.reserve(std::min<size_t>(scratch.words.size(), 1 << 16));
-  constexpr uint32_t kMaxMemoWord = 64;
-
   for (const auto& [word_begin, word_end] : scratch.words) {
     const uint32_t word_length = word_end - word_begin;
     if (word_length == 0) continue;
     control.work(word_length);
     const std::string_view word(clean.data() + word_begin, word_length);
-    if (word_length <= kMaxMemoWord) {
-      const auto hit = seen.find(word);
-      if (hit != seen.end()) {
-        const auto [first, count] = hit->second;
-        append_earlier_ids(out, first, count);
-        continue;
-      }
+    size_t first = 0, count = 0;
+    if (memo.find(word, first, count)) {
+      append_earlier_ids(out, first, count);
+      continue;
     }
     const size_t out_before = out.size();
     encode_bpe_word(clean, word_begin, word_end, out, scratch, control);
-    if (word_length <= kMaxMemoWord) seen.emplace(word, std::make_pair(out_before, out.size() - out_before));
+    memo.store(word, out_before, out.size() - out_before);
   }
 }
 

@@ -90,8 +90,10 @@ void SpecialTokenMatcher::partition(std::string_view text, std::vector<TextFragm
   size_t n_present = 0;
   int32_t node = -1;
   for (size_t i = 0; i < text.size(); ++i) {
-    node = step(node, static_cast<uint8_t>(text[i]));
-    for (int32_t e = node >= 0 ? ending_[node] : -1; e >= 0 && !present[nodes_[e].entry];
+    const uint8_t byte = static_cast<uint8_t>(text[i]);
+    node = node < 0 ? root_[byte] : step(node, byte);  // at the root: most bytes of most texts
+    if (node < 0) continue;
+    for (int32_t e = ending_[node]; e >= 0 && !present[nodes_[e].entry];
          e = suffix_[e] >= 0 ? ending_[suffix_[e]] : -1) {
       present[nodes_[e].entry] = 1;
       ++n_present;

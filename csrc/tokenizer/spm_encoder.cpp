@@ -120,27 +120,23 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out, SpmM
 
 void Tokenizer::encode_spm_word(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
                                 SpmMemo& memo, EncodeControl& control) const {
-  constexpr size_t kMaxMemoWord = 64;
   const std::string_view word(text.data() + begin, end - begin);
   control.work(word.size());
-  if (word.size() > kMaxMemoWord) {
-    encode_spm_part(text, begin, end, out, memo, control);
-    return;
-  }
-  if (const auto* hit = memo.find_word(word)) {
-    const auto [first, count] = *hit;
+  size_t first = 0, count = 0;
+  if (memo.words.find(word, first, count)) {
     append_earlier_ids(out, first, count);
     return;
   }
   const size_t before = out.size();
   encode_spm_part(text, begin, end, out, memo, control);
-  memo.store_word(word, before, out.size() - before);
+  memo.words.store(word, before, out.size() - before);
 }
 
 void Tokenizer::encode_spm_part(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
                                 SpmMemo& memo, EncodeControl& control) const {
   std::vector<SpmSymbol>& symbols = memo.symbols;
   symbols.clear();
+  symbols.reserve(end - begin);
   for (size_t offset = begin; offset < end;) {
     const uint8_t lead = static_cast<uint8_t>(text[offset]);
     const size_t len = std::min(unicode::utf8_sequence_length(lead), end - offset);

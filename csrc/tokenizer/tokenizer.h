@@ -30,6 +30,7 @@
 namespace muser {
 
 class SpmMemo;
+class WordMemo;
 
 // GGUF tokenizer.ggml.token_type values.
 enum class TokenType : int32_t {
@@ -126,7 +127,7 @@ class Tokenizer {
   template <typename Queue>
   void merge_spm_symbols(const std::string& text, Queue&& queue, SpmMemo& memo, EncodeControl& control) const;
   // BPE: one raw fragment (pre-tokenized, words memoised); one word's merges.
-  void encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch,
+  void encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch, WordMemo& memo,
                   EncodeControl& control) const;
   void encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
                        BpeScratch& scratch, EncodeControl& control) const;

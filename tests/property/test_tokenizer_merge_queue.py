@@ -235,3 +235,19 @@ def test_merge_queue_spans_the_whole_priority_range():
 def test_an_unknown_queue_name_is_refused():
     with pytest.raises(ValueError, match="queue must be"):
         _core._testing.tokenizer_encode(reference_tokenizer("gpt-2"), "x", "fast")
+
+
+def test_the_word_memo_forgets_words_without_changing_ids():
+    # 24,000 distinct words, each used three times in a random order: more
+    # than the memo's 16,384 slots, so words are evicted and encoded again.
+    # GPT-2's pre-tokenizer makes each " word" a word of its own, so the ids
+    # of the whole text are the ids of its words encoded one by one.
+    rng = random.Random(5)
+    letters = "abcdefghijklmnopqrstuvwxyzäöüßαβγδεжзиклм"
+    vocabulary = list({"".join(rng.choice(letters) for _ in range(rng.randrange(2, 9))) for _ in range(24_000)})
+    words = vocabulary * 3
+    rng.shuffle(words)
+    tok = reference_tokenizer("gpt-2")
+    pieces = [words[0]] + [" " + w for w in words[1:]]
+    expected = [i for piece in pieces for i in tok.encode(piece, add_special=False)]
+    assert tok.encode("".join(pieces), add_special=False) == expected
