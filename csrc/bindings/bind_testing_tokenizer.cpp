@@ -2,7 +2,9 @@
 // queue, so tests can check that the bucketed queue used for long words
 // gives the same ids as the binary heap on any text; and
 // `_core._testing.merge_queue_pops`: the order a MergeQueue pops entries in,
-// for a test of its ordering contract on its own.
+// for a test of its ordering contract on its own; and
+// `_core._testing.regex_matches`: a pre-tokenizer regex's matches through
+// search() (specialised scans included) or the backtracking engine alone.
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -16,6 +18,8 @@
 #include "bindings/bindings.h"
 #include "core/error.h"
 #include "tokenizer/merge_queue.h"
+#include "tokenizer/regex_matcher.h"
+#include "tokenizer/unicode_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nb = nanobind;
@@ -73,6 +77,34 @@ void bind_testing_tokenizer(nb::module_& testing) {
       nb::arg("operations"),
       "Runs (priority, left) operations on a MergeQueue: priority >= 0 pushes, -1 pops, -2 clears.\n"
       "Returns the (priority, left) of every entry popped, in order.");
+  testing.def(
+      "regex_matches",
+      [](const std::string& pattern, const std::string& text, size_t begin, int64_t end, bool general) {
+        const pretok::Regex re(pattern);
+        std::vector<uint32_t> symbols;
+        for (uint32_t cp : unicode::decode_utf8(text)) symbols.push_back(pretok::symbol_of(cp, re.view()));
+        const size_t stop = end < 0 ? symbols.size() : static_cast<size_t>(end);
+        if (begin > stop || stop > symbols.size()) {
+          throw InvalidArgument("[testing] regex_matches: need 0 <= begin <= end <= number of code points");
+        }
+        nb::gil_scoped_release release;
+        pretok::RegexScratch scratch;
+        std::vector<std::pair<size_t, size_t>> matches;
+        size_t from = begin, mb = 0, me = 0;
+        while (from < stop && (general ? re.search_general(symbols.data(), begin, stop, from, mb, me, scratch)
+                                       : re.search(symbols.data(), begin, stop, from, mb, me, scratch))) {
+          matches.emplace_back(mb, me);
+          from = me;
+        }
+        return matches;
+      },
+      nb::arg("pattern"), nb::arg("text"), nb::arg("begin") = 0, nb::arg("end") = -1, nb::arg("general") = false,
+      "Successive leftmost matches of a pre-tokenizer `pattern` in the code points [begin, end) of `text`\n"
+      "(end -1: all), as (begin, end) code-point ranges, the way the pre-tokenizer walks a piece.\n"
+      "general=True uses the backtracking engine only (no specialised scan).");
+  testing.def(
+      "regex_has_fast_path", [](const std::string& pattern) { return pretok::Regex(pattern).has_fast_path(); },
+      nb::arg("pattern"), "Whether search() uses a specialised scan for `pattern`.");
 }
 
 }  // namespace muser::bindings

@@ -142,12 +142,20 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
       return;
     }
   }
-  symbols.clear();
+  // Filled in place, field by field: push_back of a temporary made the
+  // compiler build each symbol on the stack and copy it with overlapping
+  // loads and stores, a store-forwarding stall per byte of every word.
+  symbols.resize(word_length);
+  BpeSymbol* const symbol = symbols.data();
   for (uint32_t i = 0; i < word_length; ++i) {
     const int32_t index = static_cast<int32_t>(i);
-    symbols.push_back(BpeSymbol{word_begin + i, 1, index - 1, i + 1 == word_length ? -1 : index + 1,
-                                byte_char_token_[static_cast<uint8_t>(clean[word_begin + i])]});
+    symbol[i].start = word_begin + i;
+    symbol[i].length = 1;
+    symbol[i].prev = index - 1;
+    symbol[i].next = index + 1;
+    symbol[i].id = byte_char_token_[static_cast<uint8_t>(clean[word_begin + i])];
   }
+  symbol[word_length - 1].next = -1;
   if (control.use_buckets(word_length)) {
     scratch.queue.clear();
     merge_bpe_symbols(symbols, merges_, scratch.queue, control);
@@ -164,11 +172,10 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
     }
     // A character with no token: llama.cpp tries each byte of its UTF-8
     // as a one-byte token and drops the bytes that are not tokens.
+    // (byte_char_fallback_ holds those ids per byte).
     for (uint32_t k = s.start; k < s.start + s.length; ++k) {
-      for (char c : byte_level::utf8_of_byte(static_cast<uint8_t>(clean[k]))) {
-        const int32_t id = text_to_id_.find(&c, 1);
-        if (id >= 0) out.push_back(id);
-      }
+      const std::vector<int32_t>& ids = byte_char_fallback_[static_cast<uint8_t>(clean[k])];
+      out.insert(out.end(), ids.begin(), ids.end());
     }
   }
 }

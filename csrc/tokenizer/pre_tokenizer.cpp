@@ -310,19 +310,36 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
   s.code_points.clear();
   s.byte_offset.clear();
   size_t offset = 0;
-  clean.reserve(text.size());
+  s.code_points.reserve(text.size());
+  s.byte_offset.reserve(text.size() + 1);
+  // Canonical re-encoding, like llama.cpp: overlong forms shrink, bad bytes
+  // become U+FFFD. A code point read from exactly as many bytes as its
+  // canonical form has was that form (decoding keeps every payload bit), so
+  // while that holds `clean` is a prefix of `text` and is copied at the end
+  // instead of being re-encoded one code point at a time.
+  bool same_as_text = true;
   while (offset < text.size()) {
+    const size_t before = offset;
     const uint32_t cp = unicode::decode_one(text, offset);
     s.code_points.push_back(cp);
+    if (same_as_text) {
+      const size_t canonical = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+      if (offset - before == canonical) {
+        s.byte_offset.push_back(static_cast<uint32_t>(before));
+        continue;
+      }
+      same_as_text = false;
+      clean.reserve(text.size() + text.size() / 2);
+      clean.assign(text.data(), before);
+    }
     s.byte_offset.push_back(static_cast<uint32_t>(clean.size()));
-    // Canonical re-encoding, like llama.cpp: overlong forms shrink, bad
-    // bytes become U+FFFD.
     if (cp < 0x80) {
       clean.push_back(static_cast<char>(cp));
     } else {
       unicode::append_utf8(clean, cp);
     }
   }
+  if (same_as_text) clean.assign(text.data(), text.size());
   const size_t n = s.code_points.size();
   s.byte_offset.push_back(static_cast<uint32_t>(clean.size()));
   if (n == 0) return;

@@ -64,6 +64,12 @@ void add_whitespace(SymbolSet& set) {
   set.add_range(0x20, 0x20);
 }
 
+// GPT-2's split pattern, exactly as the pre-tokenizer table spells it.
+constexpr std::string_view kGpt2SplitPattern = R"~('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))~";
+
+// Symbol classes of the GPT-2 scan.
+enum : uint8_t { kClassLetter, kClassNumber, kClassSpace, kClassOther };
+
 }  // namespace
 
 uint32_t symbol_of(uint32_t cp, SymbolView view) {
@@ -379,6 +385,22 @@ Regex::Regex(std::string_view pattern_utf8) : pattern_(pattern_utf8) {
   }
   trailing_run_ = program_.size() >= 3 && program_[0].op == Op::Run && program_[0].min >= 1 &&
                   program_[0].max == kUnbounded && program_[1].op == Op::AssertEnd && program_[2].op == Op::Match;
+  single_set_ = program_.size() == 2 && program_[0].op == Op::Set && program_[1].op == Op::Match;
+  if (view_ == SymbolView::Collapsed && pattern_ == kGpt2SplitPattern) {
+    // The classes come from the same definitions the parser gives \p{L},
+    // \p{N} and \s, so both paths agree on every symbol.
+    SymbolSet letters, numbers, spaces;
+    add_category(letters, 'L');
+    add_category(numbers, 'N');
+    add_whitespace(spaces);
+    for (uint32_t v = 0; v < 256; ++v) {
+      gpt2_class_[v] = spaces.contains(v)    ? kClassSpace
+                       : letters.contains(v) ? kClassLetter
+                       : numbers.contains(v) ? kClassNumber
+                                             : kClassOther;
+    }
+    gpt2_split_ = true;
+  }
   const FirstInfo info = first_info(*root, sets_);
   first_any_ = info.nullable;
   first_ = info.first;
@@ -644,8 +666,69 @@ bool Regex::run(int32_t start_pc, const uint32_t* symbols, size_t begin, size_t 
   return false;
 }
 
+bool Regex::search_gpt2(const uint32_t* symbols, size_t end, size_t from, size_t& match_begin,
+                        size_t& match_end) const {
+  // Symbols >= 256 do not occur in the collapsed view; were one passed, it
+  // is in no class of the pattern's, i.e. "other", as the engine reads it.
+  const auto cls = [&](uint32_t v) -> uint8_t { return v < 256 ? gpt2_class_[v] : kClassOther; };
+  for (size_t p = from; p < end; ++p) {
+    const uint32_t c = symbols[p];
+    match_begin = p;
+    // 's 't 're 've 'm 'll 'd (lower case only), tried first.
+    if (c == '\'' && p + 1 < end) {
+      const uint32_t n = symbols[p + 1];
+      if (n == 's' || n == 't' || n == 'm' || n == 'd') {
+        match_end = p + 2;
+        return true;
+      }
+      if (p + 2 < end && (((n == 'r' || n == 'v') && symbols[p + 2] == 'e') || (n == 'l' && symbols[p + 2] == 'l'))) {
+        match_end = p + 3;
+        return true;
+      }
+    }
+    // " ?X+" for X = letters, numbers, other: an optional space, then the
+    // longest run of one class (the first symbol picks the alternative).
+    size_t q = p;
+    if (c == ' ' && p + 1 < end && cls(symbols[p + 1]) != kClassSpace) q = p + 1;
+    const uint8_t k = cls(symbols[q]);
+    if (k != kClassSpace) {
+      size_t r = q + 1;
+      while (r < end && cls(symbols[r]) == k) ++r;
+      match_end = r;
+      return true;
+    }
+    // \s+(?!\S): the whitespace run, less its last symbol when a
+    // non-space follows; a single whitespace before a non-space does not
+    // match here (the search moves on).
+    size_t r = p + 1;
+    while (r < end && cls(symbols[r]) == kClassSpace) ++r;
+    if (r == end || r - p >= 2) {
+      match_end = r == end ? end : r - 1;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool Regex::search(const uint32_t* symbols, size_t begin, size_t end, size_t from, size_t& match_begin,
                    size_t& match_end, RegexScratch& scratch) const {
+  if (gpt2_split_) return search_gpt2(symbols, end, from, match_begin, match_end);
+  if (single_set_) {
+    const SymbolSet& set = sets_[program_[0].x];
+    for (size_t p = from; p < end; ++p) {
+      if (set.contains(symbols[p])) {
+        match_begin = p;
+        match_end = p + 1;
+        return true;
+      }
+    }
+    return false;
+  }
+  return search_general(symbols, begin, end, from, match_begin, match_end, scratch);
+}
+
+bool Regex::search_general(const uint32_t* symbols, size_t begin, size_t end, size_t from, size_t& match_begin,
+                           size_t& match_end, RegexScratch& scratch) const {
   if (trailing_run_) {
     // Leftmost start s >= from with symbols[s, end) all in the set.
     const SymbolSet& set = sets_[program_[0].x];

@@ -84,6 +84,12 @@ class Regex {
   // On success sets [match_begin, match_end) and returns true.
   bool search(const uint32_t* symbols, size_t begin, size_t end, size_t from, size_t& match_begin,
               size_t& match_end, RegexScratch& scratch) const;
+  // The same search through the backtracking engine only, never a
+  // specialised scan (tests compare the two).
+  bool search_general(const uint32_t* symbols, size_t begin, size_t end, size_t from, size_t& match_begin,
+                      size_t& match_end, RegexScratch& scratch) const;
+  // Whether search() uses a specialised scan for this pattern.
+  bool has_fast_path() const { return gpt2_split_ || single_set_; }
 
   struct Node;  // parse tree; defined in the .cpp
 
@@ -132,6 +138,18 @@ class Regex {
   // The whole pattern is X+$ for a set X (deepseek-llm's \s+$): searched by
   // one backward scan instead of backtracking, which would be quadratic.
   bool trailing_run_ = false;
+  // The whole pattern is one set (starcoder's \p{N}): the leftmost symbol
+  // in it is the match.
+  bool single_set_ = false;
+  // The pattern is GPT-2's split pattern (in the collapsed view). Every
+  // match is decided by the current symbol's class (letter, number,
+  // whitespace, other) and the next one's, so search() scans classes
+  // instead of backtracking through the eleven alternatives: random
+  // Unicode makes a word of every few characters, and the engine paid a
+  // frame per alternative tried at each.
+  bool gpt2_split_ = false;
+  std::array<uint8_t, 256> gpt2_class_{};
+  bool search_gpt2(const uint32_t* symbols, size_t end, size_t from, size_t& match_begin, size_t& match_end) const;
   std::vector<std::pair<const Node*, int32_t>> pending_looks_;
 };
 

@@ -166,6 +166,11 @@ class Tokenizer {
   std::vector<int32_t> spm_space_spanning_;
   // BPE: id of each GPT-2 byte-alphabet character's token (-1: none).
   std::vector<int32_t> byte_char_token_;
+  // BPE: per byte whose character has no token, the ids llama.cpp emits
+  // instead (each byte of the character's UTF-8 that is itself a token).
+  // Random Unicode hits this constantly (smollm2 has no token for the lead
+  // bytes 0xF1 and 0xF2), so it is looked up once at load.
+  std::vector<std::vector<int32_t>> byte_char_fallback_;
   MergeMap merges_;
   std::unique_ptr<pretok::PreTokenizer> pre_tokenizer_;
   bool ignore_merges_ = false;

@@ -516,6 +516,14 @@ class TokenizerLoader {
       for (int b = 0; b < 256; ++b) {
         tk.byte_char_token_[b] = tk.text_to_id_.find(byte_level::utf8_of_byte(static_cast<uint8_t>(b)));
       }
+      tk.byte_char_fallback_.assign(256, {});
+      for (int b = 0; b < 256; ++b) {
+        if (tk.byte_char_token_[b] >= 0) continue;
+        for (char c : byte_level::utf8_of_byte(static_cast<uint8_t>(b))) {
+          const int32_t id = tk.text_to_id_.find(&c, 1);
+          if (id >= 0) tk.byte_char_fallback_[b].push_back(id);
+        }
+      }
     }
   }
 
