@@ -29,6 +29,41 @@ std::string_view text_bytes(nb::handle text) {
   throw nb::type_error("text must be str or bytes");
 }
 
+// Token ids as a Python list (the GIL must be held). Ids below kSharedIds
+// reuse one int object each, made on first use and kept for the process's
+// life: random Unicode encodes to ~3 ids a character, and an int object
+// allocated (then freed) per id was a large part of returning millions of
+// them. Larger ids, rare in practice, get new objects.
+nb::typed<nb::list, int> id_list(const std::vector<int32_t>& ids) {
+  constexpr int32_t kSharedIds = 1 << 16;  // 2 MB of ints
+  static const std::vector<PyObject*> shared = [] {
+    std::vector<PyObject*> v(kSharedIds);
+    for (int32_t i = 0; i < kSharedIds; ++i) {
+      v[i] = PyLong_FromLong(i);
+      if (v[i] == nullptr) throw nb::python_error();
+    }
+    return v;
+  }();
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(ids.size()));
+  if (list == nullptr) throw nb::python_error();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    PyObject* item;
+    if (id >= 0 && id < kSharedIds) {
+      item = shared[id];
+      Py_INCREF(item);
+    } else {
+      item = PyLong_FromLong(id);
+      if (item == nullptr) {
+        Py_DECREF(list);
+        throw nb::python_error();
+      }
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);
+  }
+  return nb::typed<nb::list, int>(nb::steal<nb::list>(list));
+}
+
 std::vector<int32_t> token_ids(const std::vector<int64_t>& tokens, int32_t n_vocab) {
   std::vector<int32_t> ids;
   ids.reserve(tokens.size());
@@ -74,8 +109,12 @@ void init_tokenizer(nb::module_& m) {
           [](const Tokenizer& tok, nb::handle text, bool add_special, bool parse_special,
              std::shared_ptr<CancelToken> cancel) {
             const std::string_view bytes = text_bytes(text);
-            nb::gil_scoped_release release;
-            return tok.encode(bytes, add_special, parse_special, cancel.get());
+            std::vector<int32_t> ids;
+            {
+              nb::gil_scoped_release release;
+              ids = tok.encode(bytes, add_special, parse_special, cancel.get());
+            }
+            return id_list(ids);
           },
           nb::arg("text"), nb::arg("add_special") = true, nb::arg("parse_special") = false,
           nb::arg("cancel").none() = nb::none(),

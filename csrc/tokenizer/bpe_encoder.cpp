@@ -117,13 +117,14 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out, Bpe
     control.work(word_length);
     const std::string_view word(clean.data() + word_begin, word_length);
     size_t first = 0, count = 0;
-    if (memo.find(word, first, count)) {
+    uint64_t hash = 0;
+    if (memo.find(word, first, count, hash)) {
       append_earlier_ids(out, first, count);
       continue;
     }
     const size_t out_before = out.size();
     encode_bpe_word(clean, word_begin, word_end, out, scratch, control);
-    memo.store(word, out_before, out.size() - out_before);
+    memo.store(word, hash, out_before, out.size() - out_before);
   }
 }
 

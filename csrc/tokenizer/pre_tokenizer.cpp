@@ -349,6 +349,10 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
   s.regex.step_limit = 100'000'000ull + 1'000ull * n * regexes_.size();
 
   bool have_collapsed = false, have_wide = false;
+  // At most one piece per code point: reserved (untouched memory) so that
+  // text making a word of every character or two does not regrow them.
+  s.pieces.reserve(n);
+  s.next_pieces.reserve(n);
   s.pieces.assign(1, {0u, static_cast<uint32_t>(n)});
   for (const Regex& re : regexes_) {
     std::vector<uint32_t>* symbols = nullptr;

@@ -33,13 +33,17 @@ class WordMemo {
     while (slots < text_bytes / 4 && slots < kMaxSlots) slots <<= 1;
     slots_.assign(slots, Slot{});
     mask_ = slots - 1;
+    // The keys never exceed the text; reserving (touching nothing) saves
+    // regrowing and copying them when every word is new.
+    keys_.reserve(text_bytes);
   }
 
   // The output range [first, first + count) that `word` was encoded to, or
   // false when it is not remembered.
-  bool find(std::string_view word, size_t& first, size_t& count) const {
+  // `hash` receives the word's hash, for a store() of the same word.
+  bool find(std::string_view word, size_t& first, size_t& count, uint64_t& hash) const {
     if (word.size() > kMaxWordBytes) return false;
-    const uint64_t h = hash_bytes(word.data(), word.size());
+    const uint64_t h = hash = hash_bytes(word.data(), word.size());
     for (size_t k = 0, i = h & mask_; k < kProbes; ++k, i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.length == kEmpty) return false;
@@ -52,9 +56,10 @@ class WordMemo {
     return false;
   }
 
-  void store(std::string_view word, size_t first, size_t count) {
+  // `hash`: what find() gave for this word.
+  void store(std::string_view word, uint64_t hash, size_t first, size_t count) {
     if (word.size() > kMaxWordBytes) return;
-    const uint64_t h = hash_bytes(word.data(), word.size());
+    const uint64_t h = hash;
     size_t target = h & mask_;
     for (size_t k = 0, i = target; k < kProbes; ++k, i = (i + 1) & mask_) {
       if (slots_[i].length == kEmpty) {
