@@ -49,8 +49,14 @@ using BpeSymbol = Tokenizer::BpeSymbol;
 // The merge loop over a word's symbols (linked by prev/next), with either
 // queue: both pop candidates in (rank, left) order, so the merges and the
 // tokens are the same.
+//
+// `bytes` are the word's bytes (one per initial symbol) and `byte_pairs` the
+// bitmap of byte pairs whose characters' tokens have a merge: the initial
+// pairs are looked up there first (it fits in L1), the merge map only for
+// pairs it marks.
 template <typename Queue>
-void merge_bpe_symbols(std::vector<BpeSymbol>& symbols, const MergeMap& merges, Queue&& queue,
+void merge_bpe_symbols(std::vector<BpeSymbol>& symbols, int32_t count, const uint8_t* bytes,
+                       const std::vector<uint64_t>& byte_pairs, const MergeMap& merges, Queue&& queue,
                        EncodeControl& control) {
   auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
@@ -61,7 +67,10 @@ void merge_bpe_symbols(std::vector<BpeSymbol>& symbols, const MergeMap& merges, 
     if (m.rank < 0) return;
     queue.push(static_cast<uint32_t>(m.rank), BpeBigram{m.rank, left, right, left_id, right_id, m.result});
   };
-  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
+  for (int32_t i = 1; i < count; ++i) {
+    const uint32_t pair = (uint32_t{bytes[i - 1]} << 8) | bytes[i];
+    if ((byte_pairs[pair >> 6] >> (pair & 63)) & 1) try_add(i - 1, i);
+  }
 
   BpeBigram bigram;
   while (queue.pop(bigram)) {
@@ -146,7 +155,9 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
   // Filled in place, field by field: push_back of a temporary made the
   // compiler build each symbol on the stack and copy it with overlapping
   // loads and stores, a store-forwarding stall per byte of every word.
-  symbols.resize(word_length);
+  // Only the first word_length entries are used; the vector never shrinks,
+  // so a word costs no resize call (every field is written below).
+  if (symbols.size() < word_length) symbols.resize(word_length);
   BpeSymbol* const symbol = symbols.data();
   for (uint32_t i = 0; i < word_length; ++i) {
     const int32_t index = static_cast<int32_t>(i);
@@ -157,12 +168,15 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
     symbol[i].id = byte_char_token_[static_cast<uint8_t>(clean[word_begin + i])];
   }
   symbol[word_length - 1].next = -1;
+  const uint8_t* const bytes = reinterpret_cast<const uint8_t*>(clean.data()) + word_begin;
   if (control.use_buckets(word_length)) {
     scratch.queue.clear();
-    merge_bpe_symbols(symbols, merges_, scratch.queue, control);
+    merge_bpe_symbols(symbols, static_cast<int32_t>(word_length), bytes, byte_pair_merges_, merges_, scratch.queue,
+                      control);
   } else {
     scratch.heap.clear();
-    merge_bpe_symbols(symbols, merges_, HeapMergeQueue<BpeBigram, BpeBigramOrder>{scratch.heap}, control);
+    merge_bpe_symbols(symbols, static_cast<int32_t>(word_length), bytes, byte_pair_merges_, merges_,
+                      HeapMergeQueue<BpeBigram, BpeBigramOrder>{scratch.heap}, control);
   }
 
   for (int32_t i = 0; i != -1; i = symbols[i].next) {

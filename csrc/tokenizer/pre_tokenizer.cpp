@@ -359,7 +359,7 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
     if (re.view() == SymbolView::Collapsed) {
       if (!have_collapsed) {
         s.collapsed.resize(n);
-        for (size_t i = 0; i < n; ++i) s.collapsed[i] = symbol_of(s.code_points[i], SymbolView::Collapsed);
+        unicode::collapse(s.code_points.data(), n, s.collapsed.data());
         have_collapsed = true;
       }
       symbols = &s.collapsed;

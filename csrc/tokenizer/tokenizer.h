@@ -171,6 +171,11 @@ class Tokenizer {
   // Random Unicode hits this constantly (smollm2 has no token for the lead
   // bytes 0xF1 and 0xF2), so it is looked up once at load.
   std::vector<std::vector<int32_t>> byte_char_fallback_;
+  // BPE: bit (a << 8 | b) set when the tokens of bytes a and b (both
+  // present) have a merge. A word's first pairs are looked up here before
+  // the merge map: on random Unicode most have none, and the map's misses
+  // went to L2 or memory.
+  std::vector<uint64_t> byte_pair_merges_;
   MergeMap merges_;
   std::unique_ptr<pretok::PreTokenizer> pre_tokenizer_;
   bool ignore_merges_ = false;

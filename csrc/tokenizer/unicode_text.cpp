@@ -154,4 +154,12 @@ uint8_t collapsed_byte(uint32_t cp) {
   return cp <= kMaxCodePoint ? collapsed_table()[cp] : kCollapsedOther;
 }
 
+void collapse(const uint32_t* code_points, size_t n, uint32_t* symbols) {
+  const CollapsedTable& table = collapsed_table();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t cp = code_points[i];
+    symbols[i] = cp < 0x80 ? cp : cp <= kMaxCodePoint ? table[cp] : kCollapsedOther;
+  }
+}
+
 }  // namespace muser::unicode

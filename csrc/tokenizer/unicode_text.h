@@ -53,6 +53,9 @@ bool is_whitespace(uint32_t cp);
 // This is llama.cpp's "collapsed text" representation; matching regexes on
 // it reproduces llama.cpp's splits exactly.
 uint8_t collapsed_byte(uint32_t cp);
+// symbols[i] = code_points[i] for ASCII, else collapsed_byte(code_points[i]):
+// the pre-tokenizer's collapsed view of a whole text in one call.
+void collapse(const uint32_t* code_points, size_t n, uint32_t* symbols);
 
 constexpr uint8_t kCollapsedWhitespace = 0x0B;
 constexpr uint8_t kCollapsedOther = 0xD0;
