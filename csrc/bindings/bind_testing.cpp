@@ -498,6 +498,7 @@ void init_testing(nb::module_& m) {
   bind_testing_kernels(testing);
   bind_testing_thread_pool(testing);
   bind_testing_cuda(testing);
+  bind_testing_tokenizer(testing);
 }
 
 }  // namespace muser::bindings
