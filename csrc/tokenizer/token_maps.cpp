@@ -79,8 +79,6 @@ void MergeMap::reserve(size_t n) {
   slots_.assign(cap, Slot{});
   mask_ = cap - 1;
   count_ = 0;
-  filter_.assign(cap / 8, 0);  // 16 bits a pair at the table's full load (cap / 2 pairs)
-  filter_mask_ = filter_.size() - 1;
   for (const Slot& s : old) {
     if (s.merge.rank >= 0) {
       insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFFu), s.merge);
@@ -93,12 +91,10 @@ void MergeMap::grow() { reserve(slots_.empty() ? 8 : slots_.size()); }
 void MergeMap::insert(int32_t left, int32_t right, Merge merge) {
   if ((count_ + 1) * 2 > slots_.size()) grow();
   const uint64_t key = key_of(left, right);
-  const uint64_t h = mix(key);
-  for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+  for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
     Slot& s = slots_[i];
     if (s.merge.rank < 0) {
       s = Slot{key, merge};
-      filter_[filter_word(h)] |= filter_bits(h);
       ++count_;
       return;
     }
@@ -109,10 +105,7 @@ void MergeMap::insert(int32_t left, int32_t right, Merge merge) {
 MergeMap::Merge MergeMap::find(int32_t left, int32_t right) const {
   if (slots_.empty()) return {};
   const uint64_t key = key_of(left, right);
-  const uint64_t h = mix(key);
-  const uint64_t bits = filter_bits(h);
-  if ((filter_[filter_word(h)] & bits) != bits) return {};
-  for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+  for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.merge.rank < 0) return {};
     if (s.key == key) return s.merge;

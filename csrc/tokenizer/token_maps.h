@@ -80,17 +80,9 @@ class MergeMap {
     return static_cast<size_t>(k);
   }
   void grow();
-  // Blocked Bloom filter over the pairs (as TokenTextMap's, 16 bits a
-  // pair): on random Unicode most adjacent byte pairs have no merge, and
-  // each such miss in the megabytes of slots went to memory; the filter
-  // answers most of them from cache. A set bit proves nothing.
-  static uint64_t filter_bits(uint64_t h) { return (uint64_t{1} << ((h >> 6) & 63)) | (uint64_t{1} << ((h >> 12) & 63)); }
-  size_t filter_word(uint64_t h) const { return static_cast<size_t>(h >> 40) & filter_mask_; }
   std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t count_ = 0;
-  std::vector<uint64_t> filter_;
-  size_t filter_mask_ = 0;
 };
 
 }  // namespace muser
