@@ -37,6 +37,9 @@ class CpuKvStorage final : public KvStorage {
   const uint16_t* v_row(uint32_t il, size_t plane_row) const {
     return row_in(layers_[il].v, plane_row, layers_[il].v_width);
   }
+  // Elements from one row of a plane to the next within a page.
+  size_t k_width(uint32_t il) const { return layers_[il].k_width; }
+  size_t v_width(uint32_t il) const { return layers_[il].v_width; }
 
  private:
   using Page = std::unique_ptr<uint16_t[]>;  // kKvPageRows rows
@@ -66,6 +69,17 @@ struct KvPlanes {
   size_t row(size_t position) const { return ring_rows != 0 ? position % ring_rows : position; }
   const uint16_t* k(size_t position) const { return storage->k_row(layer, row(position)); }
   const uint16_t* v(size_t position) const { return storage->v_row(layer, row(position)); }
+  // How many of the positions [position, position + limit) have rows that
+  // follow each other in memory (one page, no ring wrap), k_stride() /
+  // v_stride() elements apart.
+  size_t run(size_t position, size_t limit) const {
+    const size_t r = row(position);
+    size_t n = kKvPageRows - r % kKvPageRows;
+    if (ring_rows != 0 && ring_rows - r < n) n = ring_rows - r;
+    return n < limit ? n : limit;
+  }
+  size_t k_stride() const { return storage->k_width(layer); }
+  size_t v_stride() const { return storage->v_width(layer); }
 };
 
 }  // namespace muser::cpu

@@ -19,16 +19,19 @@ void attend_block(const KvPlanes& kv, const AttentionKv& head, const AttentionQu
     highest = std::max(highest, queries[b].last);
   }
   const size_t span = highest - lowest + 1;
-  float* key = scratch + n_queries * span;  // one K row as float32
-  float* value = key + head.head_dim_k;     // one V row as float32
   // scores of query b for position p live at scratch[b * span + (p - lowest)].
 
-  for (size_t p = lowest; p <= highest; ++p) {
-    ops.to_f32(kv.k(p) + head.k_offset, key, head.head_dim_k);
-    for (size_t b = 0; b < n_queries; ++b) {
-      const AttentionQuery& query = queries[b];
-      if (p < query.first || p > query.last) continue;
-      scratch[b * span + (p - lowest)] = ops.dot(query.q, key, head.head_dim_k) * head.scale;
+  // Each query's scores over runs of keys adjacent in memory (the values
+  // do not depend on how positions are grouped into runs or on the order
+  // of the queries).
+  for (size_t b = 0; b < n_queries; ++b) {
+    const AttentionQuery& query = queries[b];
+    float* scores = scratch + b * span + (query.first - lowest);
+    for (size_t p = query.first; p <= query.last;) {
+      const size_t n = kv.run(p, query.last + 1 - p);
+      ops.dot_rows(query.q, kv.k(p) + head.k_offset, kv.k_stride(), n, head.head_dim_k, head.scale,
+                   scores + (p - query.first));
+      p += n;
     }
   }
 
@@ -51,12 +54,15 @@ void attend_block(const KvPlanes& kv, const AttentionKv& head, const AttentionQu
     std::fill(query.out, query.out + head.head_dim_v, 0.0f);
   }
 
-  for (size_t p = lowest; p <= highest; ++p) {
-    ops.to_f32(kv.v(p) + head.v_offset, value, head.head_dim_v);
-    for (size_t b = 0; b < n_queries; ++b) {
-      const AttentionQuery& query = queries[b];
-      if (p < query.first || p > query.last) continue;
-      ops.axpy(query.out, scratch[b * span + (p - lowest)], value, head.head_dim_v);
+  // Weighted values, positions ascending for each output element.
+  for (size_t b = 0; b < n_queries; ++b) {
+    const AttentionQuery& query = queries[b];
+    const float* weights = scratch + b * span + (query.first - lowest);
+    for (size_t p = query.first; p <= query.last;) {
+      const size_t n = kv.run(p, query.last + 1 - p);
+      ops.axpy_rows(query.out, weights + (p - query.first), kv.v(p) + head.v_offset, kv.v_stride(), n,
+                    head.head_dim_v);
+      p += n;
     }
   }
 }

@@ -1,7 +1,8 @@
 // Scaled dot-product attention over the f16 KV cache, for a block of query
 // heads that read the same KV head (several rows of one segment, and the
-// query heads of one GQA group): each key and value row is converted to
-// float32 once for the whole block.
+// query heads of one GQA group). Keys and values are converted from f16 in
+// registers as they are read (F16VecOps::dot_rows / axpy_rows), a run of
+// adjacent cache rows per call.
 #pragma once
 
 #include <cstddef>

@@ -35,10 +35,32 @@ void axpy_scalar(float* y, float a, const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// dot_scalar's sums with y converted element by element.
+void dot_rows_scalar(const float* q, const uint16_t* k, size_t stride, size_t rows, size_t n, float scale,
+                     float* scores) {
+  for (size_t r = 0; r < rows; ++r, k += stride) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      for (size_t j = 0; j < 8; ++j) acc[j] += q[i + j] * fp16_to_fp32(k[i + j]);
+    }
+    for (size_t j = 0; i < n; ++i, ++j) acc[j] += q[i] * fp16_to_fp32(k[i]);
+    scores[r] = (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) * scale;
+  }
+}
+
+void axpy_rows_scalar(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n) {
+  for (size_t r = 0; r < rows; ++r, v += stride) {
+    const float a = w[r];
+    for (size_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(v[i]);
+  }
+}
+
 }  // namespace
 
 const F16VecOps& scalar_f16_vec_ops() {
-  static const F16VecOps ops{"scalar", to_f32_scalar, to_f16_scalar, dot_scalar, axpy_scalar};
+  static const F16VecOps ops{"scalar",   to_f32_scalar, to_f16_scalar,  dot_scalar,
+                              axpy_scalar, dot_rows_scalar, axpy_rows_scalar};
   return ops;
 }
 

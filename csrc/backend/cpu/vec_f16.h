@@ -19,6 +19,14 @@ struct F16VecOps {
   float (*dot)(const float* x, const float* y, size_t n);
   // y[i] += a * x[i]
   void (*axpy)(float* y, float a, const float* x, size_t n);
+  // scores[r] = dot(q, f32(k + r * stride), n) * scale for r < rows: the
+  // bits to_f32 then dot give, without the float32 copy or a call per row
+  // (attention's inner loop over a run of cached keys).
+  void (*dot_rows)(const float* q, const uint16_t* k, size_t stride, size_t rows, size_t n, float scale,
+                   float* scores);
+  // axpy(y, w[r], f32(v + r * stride), n) for r = 0, 1, ..., rows - 1 in
+  // turn, bitwise, with y held in registers across the rows.
+  void (*axpy_rows)(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n);
 };
 
 const F16VecOps& scalar_f16_vec_ops();
