@@ -192,8 +192,13 @@ void CpuBackend::prepare_step(const Plan& plan, const StepGraph& graph, const St
     }
     const Op& op = graph.ops[stage.ops[0]];
     const size_t group = op.p.n_head / op.p.n_head_kv;
-    // Whole GQA groups per task when there are enough tasks to go round.
-    heads_per_task_[s] = blocks_.size() * op.p.n_head_kv >= 2 * threads ? group : 1;
+    // As many query heads of a GQA group per task as still gives every
+    // thread a task: the heads of a task share each key and value row as it
+    // is read (attention at long context is bound by reading the f16 cache),
+    // split heads each read it again.
+    size_t heads = group;
+    while (heads > 1 && (group % heads != 0 || blocks_.size() * (op.p.n_head / heads) < threads)) --heads;
+    heads_per_task_[s] = heads;
     stage_tasks_[s] = blocks_.size() * (op.p.n_head / heads_per_task_[s]);
     head_dim_k = std::max(head_dim_k, op.p.head_dim_k);
     head_dim_v = std::max(head_dim_v, op.p.head_dim_v);
