@@ -44,6 +44,9 @@ def main(argv: list[str]) -> int:
             if r["kind"] == "parity":
                 print(f"{r['name']:32s} {r['positions']:9d} {r['clear']:6d} {r['agreed']:11d} "
                       f"{r['max_delta_top20']:12.5f}")
+        for r in reports:
+            if r["kind"] == "embedding":
+                print(f"embedding {r['name']:22s} min cosine vs CPU {r['min_cosine_vs_cpu']:.6f}")
     for f in failures:
         print("FAILED", f)
     total_failed = sum(f for _, f, _ in counts.values())

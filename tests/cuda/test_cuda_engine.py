@@ -2,7 +2,8 @@
 (tiny models of every architecture and weight type, and random-weight real
 shapes), and the exactness contract on the GPU itself, bitwise: a row alone
 or in any decode group of 2..4 in any order, prefill in any chunking, graph
-replay equal to eager launches, snapshot/restore; typed out-of-memory errors.
+replay equal to eager launches, snapshot/restore, saved session files;
+embeddings; typed out-of-memory errors.
 
 Parity criterion (issue 12): wherever the CPU's top-1/top-2 gap is at least
 1.0 the CUDA top-1 agrees, and the largest |logit difference| over the CPU's
@@ -176,6 +177,35 @@ def test_runs_are_deterministic_and_snapshots_restore_exactly(tiny):
     a.restore(snap)
     a.decode(7)
     assert np.array_equal(a.logits, after)
+
+
+def test_a_saved_session_loads_and_continues_bitwise(tiny, tmp_path):
+    _, _, gpu = tiny
+    prompt = random_prompt(5, 30, gpu.n_vocab)
+    a = gpu.session(max_context=64)
+    a.prefill(prompt)
+    path = a.save(tmp_path / "session.safetensors")
+    saved_logits = a.logits.copy()
+    a.decode(7)
+    b = gpu.load_session(path)
+    assert b.n_past == len(prompt)
+    assert np.array_equal(b.logits, saved_logits)
+    b.decode(7)
+    assert np.array_equal(b.logits, a.logits)
+
+
+def test_embeddings_do_not_depend_on_batching_and_agree_with_the_cpu(tiny):
+    name, cpu, gpu = tiny
+    texts = [random_prompt(seed, n, gpu.n_vocab) for seed, n in ((1, 9), (2, 17), (3, 5))]
+    together = gpu.embed(texts, normalize=False)
+    alone = np.stack([gpu.embed([text], normalize=False)[0] for text in texts])
+    assert np.array_equal(together, alone)
+    on_cpu = cpu.embed(texts)
+    on_gpu = gpu.embed(texts)
+    assert on_gpu.shape == on_cpu.shape == (3, together.shape[1])
+    cosine = np.sum(on_cpu * on_gpu, axis=1)
+    report("embedding", name, min_cosine_vs_cpu=float(np.min(cosine)))
+    assert np.min(cosine) > 0.99
 
 
 # smollm2's 576-wide rows are no multiple of 256, so its K-quant cells use llama3-8b.

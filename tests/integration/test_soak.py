@@ -51,11 +51,17 @@ def _one_request(pool: muser.SlotPool, engine: muser.Engine, i: int) -> str:
             return "text"
         if kind == "cancel":
             token = muser.CancelToken()
-            threading.Timer(rng.uniform(0, 0.05), token.cancel).start()
+            # Every third one is cancelled before it starts, so cancellations are
+            # seen however the machine's load shifts the timers.
+            if i % 3 == 0:
+                token.cancel()
+            else:
+                threading.Timer(rng.uniform(0, 0.05), token.cancel).start()
             chunks = list(muser.stream(pool, prompt, max_tokens=max_tokens, cancel=token, seed=i))
             return "cancelled" if chunks[-1].finish_reason == "cancelled" else "text"
         if kind == "deadline":
-            muser.generate(pool, prompt, max_tokens=max_tokens, seed=i, timeout=rng.uniform(0.001, 0.1))
+            timeout = 1e-6 if i % 3 == 0 else rng.uniform(0.001, 0.1)  # some surely expire
+            muser.generate(pool, prompt, max_tokens=max_tokens, seed=i, timeout=timeout)
             return "text"
         if kind == "raise":
             with muser.stream(pool, prompt, max_tokens=max_tokens, seed=i) as chunks:

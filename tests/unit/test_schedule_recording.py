@@ -104,10 +104,12 @@ def test_recording_is_off_outside_the_block_and_one_at_a_time():
 
 
 def test_pool_admissions_leases_decode_groups_and_requests_are_recorded():
-    engine = null_engine(step_seconds=0.002)
+    engine = null_engine(step_seconds=0.005)
     pool = muser.SlotPool(engine, slots=2)
     with engine.record_schedule() as log:
-        texts = muser.generate(pool, [270, 271, 272], n=2, max_tokens=6, temperature=0)
+        # 40 steps of 5 ms each: the two completions overlap even when a loaded
+        # machine starts the second one late, so a 2-row group must appear.
+        texts = muser.generate(pool, [270, 271, 272], n=2, max_tokens=40, temperature=0)
         muser.generate(pool, [270, 271, 272, 280], max_tokens=2, temperature=0)
     assert len(texts) == 2
     admissions = log.admissions
