@@ -192,13 +192,26 @@ void CpuBackend::prepare_step(const Plan& plan, const StepGraph& graph, const St
     }
     const Op& op = graph.ops[stage.ops[0]];
     const size_t group = op.p.n_head / op.p.n_head_kv;
-    // As many query heads of a GQA group per task as still gives every
-    // thread a task: the heads of a task share each key and value row as it
-    // is read (attention at long context is bound by reading the f16 cache),
-    // split heads each read it again.
-    size_t heads = group;
-    while (heads > 1 && (group % heads != 0 || blocks_.size() * (op.p.n_head / heads) < threads)) --heads;
-    heads_per_task_[s] = heads;
+    // Query heads per task: a divisor d of the GQA group. The heads of a
+    // task share each key and value row as it is read; split heads read it
+    // again each. A task costs about one read of its KV head plus one pass
+    // per query head (taken as equal: at long context both stream the f16
+    // cache), and the stage lasts its rounds of tasks over the threads, so
+    // d minimizes rounds(d) * (1 + d), the larger d on a tie (smollm2's
+    // 9 heads / 3 groups, one decode row: d = 3 at 2 or 4 threads, d = 1
+    // at 16; a prefill's many blocks: the whole group).
+    size_t best_heads = 1;
+    size_t best_cost = ~size_t{0};
+    for (size_t d = 1; d <= group; ++d) {
+      if (group % d != 0) continue;
+      const size_t tasks = blocks_.size() * (op.p.n_head / d);
+      const size_t cost = (tasks + threads - 1) / threads * (1 + d);
+      if (cost <= best_cost) {
+        best_cost = cost;
+        best_heads = d;
+      }
+    }
+    heads_per_task_[s] = best_heads;
     stage_tasks_[s] = blocks_.size() * (op.p.n_head / heads_per_task_[s]);
     head_dim_k = std::max(head_dim_k, op.p.head_dim_k);
     head_dim_v = std::max(head_dim_v, op.p.head_dim_v);
