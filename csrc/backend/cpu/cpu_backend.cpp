@@ -107,10 +107,11 @@ void CpuBackend::load_weights(const WeightTable& weights) {
   // (packed_weights.h), made once here; the rest stay zero-copy views. A
   // matrix over kMaxPackedBytes (only a vocabulary table is that large) is
   // packed only when its type's plain kernel cannot keep up with memory
-  // (packs_at_any_size): a Q8_0 table streams at about the same speed in
-  // either layout, so packing gemma3's 262k-token 180 MB Q8_0 table would
-  // only cost load time; llama-1b's 148 MB Q4_0 table decodes ~4x faster
-  // per core packed. The pack replaces the file's pages (released after
+  // (packs_at_any_size): llama-1b's 148 MB Q4_0 table is read ~4x faster
+  // per core packed. Q8_0 gains less (one row against a 128k-row table:
+  // ~20 vs ~12 GB/s on the 2-core EPYC) and packing gemma3's 262k-token
+  // 180 MB Q8_0 table took its load from 0.31 to 0.6-0.8 s there (budget
+  // 0.5 s: half of it the kernel zeroing the new pages), so it stays. The pack replaces the file's pages (released after
   // packing), so resident memory does not grow by the table. An embedding
   // table that is only looked up (the model has a separate output matrix)
   // is never packed: no product reads it.
