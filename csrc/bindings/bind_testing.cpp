@@ -40,6 +40,7 @@ using Bytes1D = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device
 using Floats1D = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Floats2D = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using U16s1D = nb::ndarray<const uint16_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using U16s2D = nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
 // Heap buffer aligned for any SIMD load, returned to NumPy without a copy.
 template <typename T>
@@ -118,6 +119,13 @@ TensorInfo make_tensor(const DTypeInfo& info, const OwnedArray<uint8_t>& bytes, 
   t.n_bytes = bytes.count;
   t.data = bytes.data;
   return t;
+}
+
+const cpu::F16VecOps& f16_vec_table(const std::string& name) {
+  for (const cpu::F16VecOps* ops : cpu::supported_f16_vec_ops()) {
+    if (name == ops->isa) return *ops;
+  }
+  throw InvalidArgument(format_where("testing", "no attention vector table '" + name + "' on this machine"));
 }
 
 void bind_testing_kernels(nb::module_& m) {
@@ -250,6 +258,82 @@ void bind_testing_kernels(nb::module_& m) {
       "y = x @ W.T for a (ne1, ne0) weight of `type_id`, via cpu::matmul on a fresh pool; with "
       "`packed` the weight is first repacked as the engine does at load when `isa` has a packed "
       "layout for the type (see has_packed_layout).");
+
+  m.def(
+      "f16_vec_isas",
+      [] {
+        std::vector<std::string> names;
+        for (const cpu::F16VecOps* ops : cpu::supported_f16_vec_ops()) names.emplace_back(ops->isa);
+        return names;
+      },
+      "Names of the attention vector tables (cpu::F16VecOps) this machine runs, slowest first.");
+  m.def(
+      "f16_vec_dot_rows",
+      [](const std::string& isa_name, const Floats1D& q, const U16s2D& keys, float scale, bool composed) {
+        const cpu::F16VecOps& ops = f16_vec_table(isa_name);
+        const size_t n = q.shape(0);
+        if (keys.shape(1) != n) {
+          throw InvalidArgument(format_where("testing", "keys must have " + std::to_string(n) + " columns"));
+        }
+        const size_t rows = keys.shape(0);
+        OwnedArray<float> out(rows);
+        {
+          nb::gil_scoped_release release;
+          if (composed) {
+            std::vector<float> key(n);
+            for (size_t r = 0; r < rows; ++r) {
+              ops.to_f32(keys.data() + r * n, key.data(), n);
+              out.data[r] = ops.dot(q.data(), key.data(), n) * scale;
+            }
+          } else {
+            ops.dot_rows(q.data(), keys.data(), n, rows, n, scale, out.data);
+          }
+        }
+        return out.release_to_numpy({rows});
+      },
+      nb::arg("isa"), nb::arg("q"), nb::arg("keys"), nb::arg("scale"), nb::arg("composed"),
+      "Scores q . f32(keys[r]) * scale by the table's dot_rows, or (composed) to_f32 then dot per row.");
+  m.def(
+      "f16_vec_axpy_rows",
+      [](const std::string& isa_name, const Floats1D& y, const Floats1D& w, const U16s2D& values, bool composed) {
+        const cpu::F16VecOps& ops = f16_vec_table(isa_name);
+        const size_t n = y.shape(0);
+        const size_t rows = values.shape(0);
+        if (values.shape(1) != n || w.shape(0) != rows) {
+          throw InvalidArgument(format_where("testing", "values must be (len(w), len(y))"));
+        }
+        OwnedArray<float> out(n);
+        std::copy(y.data(), y.data() + n, out.data);
+        {
+          nb::gil_scoped_release release;
+          if (composed) {
+            std::vector<float> value(n);
+            for (size_t r = 0; r < rows; ++r) {
+              ops.to_f32(values.data() + r * n, value.data(), n);
+              ops.axpy(out.data, w.data()[r], value.data(), n);
+            }
+          } else {
+            ops.axpy_rows(out.data, w.data(), values.data(), n, rows, n);
+          }
+        }
+        return out.release_to_numpy({n});
+      },
+      nb::arg("isa"), nb::arg("y"), nb::arg("w"), nb::arg("values"), nb::arg("composed"),
+      "y + sum_r w[r] * f32(values[r]) in ascending r by the table's axpy_rows, or (composed) to_f32 then axpy per row.");
+  m.def(
+      "f16_vec_softmax",
+      [](const std::string& isa_name, const Floats1D& x) {
+        const cpu::F16VecOps& ops = f16_vec_table(isa_name);
+        const size_t n = x.shape(0);
+        OwnedArray<float> out(n);
+        std::copy(x.data(), x.data() + n, out.data);
+        {
+          nb::gil_scoped_release release;
+          ops.softmax(out.data, n);
+        }
+        return out.release_to_numpy({n});
+      },
+      nb::arg("isa"), nb::arg("x"), "softmax(x) by the table's `softmax` (the attention weights).");
 
   m.def(
       "has_packed_layout",
@@ -463,6 +547,7 @@ void init_testing(nb::module_& m) {
   bind_testing_attention(testing);
   bind_testing_thread_pool(testing);
   bind_testing_cuda(testing);
+  bind_testing_tokenizer(testing);
 }
 
 }  // namespace muser::bindings

@@ -71,15 +71,19 @@ void init_tokenizer(nb::module_& m) {
           nb::arg("path"), "Open a GGUF file and build its tokenizer (ModelFormatError on a bad file).")
       .def(
           "encode",
-          [](const Tokenizer& tok, nb::handle text, bool add_special, bool parse_special) {
+          [](const Tokenizer& tok, nb::handle text, bool add_special, bool parse_special,
+             std::shared_ptr<CancelToken> cancel) {
             const std::string_view bytes = text_bytes(text);
             nb::gil_scoped_release release;
-            return tok.encode(bytes, add_special, parse_special);
+            return tok.encode(bytes, add_special, parse_special, cancel.get());
           },
           nb::arg("text"), nb::arg("add_special") = true, nb::arg("parse_special") = false,
+          nb::arg("cancel").none() = nb::none(),
           "Token ids of `text` (str, or bytes taken as UTF-8 even when invalid).\n"
           "add_special: add BOS/EOS as the vocabulary asks. parse_special: let control-token texts\n"
-          "in `text` become those tokens (user-defined tokens are always recognised).")
+          "in `text` become those tokens (user-defined tokens are always recognised).\n"
+          "cancel: a CancelToken checked every few kilobytes of work; once it reads as cancelled\n"
+          "(or its deadline passes) encoding stops with Cancelled.")
       .def(
           "decode",
           [](const Tokenizer& tok, const std::vector<int64_t>& tokens, bool remove_special, bool unparse_special) {

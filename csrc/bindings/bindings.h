@@ -13,6 +13,8 @@ void init_session_files(nanobind::module_& m);
 void init_testing(nanobind::module_& m);
 // The CUDA op entry points inside `_testing` (bind_testing_cuda.cpp).
 void bind_testing_cuda(nanobind::module_& testing);
+// The tokenizer's merge-queue hook inside `_testing` (bind_testing_tokenizer.cpp).
+void bind_testing_tokenizer(nanobind::module_& testing);
 void init_scheduler(nanobind::module_& m);
 void init_schedule(nanobind::module_& m);
 void init_serve(nanobind::module_& m);

@@ -7,10 +7,11 @@
 // llm_tokenizer_bpe, on token ids instead of strings: every merge names known
 // tokens (checked at load), so ids and texts correspond one to one.
 #include <algorithm>
-#include <unordered_map>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/merge_queue.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/word_memo.h"
 
 namespace muser {
 
@@ -43,45 +44,94 @@ struct BpeBigramOrder {
   }
 };
 
+using BpeSymbol = Tokenizer::BpeSymbol;
+
+// The merge loop over a word's symbols (linked by prev/next), with either
+// queue: both pop candidates in (rank, left) order, so the merges and the
+// tokens are the same.
+template <typename Queue>
+void merge_bpe_symbols(std::vector<BpeSymbol>& symbols, const MergeMap& merges, Queue&& queue,
+                       EncodeControl& control) {
+  auto try_add = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const int32_t left_id = symbols[left].id;
+    const int32_t right_id = symbols[right].id;
+    if (left_id < 0 || right_id < 0) return;
+    const MergeMap::Merge m = merges.find(left_id, right_id);
+    if (m.rank < 0) return;
+    queue.push(static_cast<uint32_t>(m.rank), BpeBigram{m.rank, left, right, left_id, right_id, m.result});
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
+
+  BpeBigram bigram;
+  while (queue.pop(bigram)) {
+    control.work(1);
+    BpeSymbol& left = symbols[bigram.left];
+    BpeSymbol& right = symbols[bigram.right];
+    // Stale: a side was merged away or changed since the pair was queued.
+    if (left.length == 0 || right.length == 0 || left.id != bigram.left_id || right.id != bigram.right_id) continue;
+    left.length += right.length;
+    left.id = bigram.result;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = bigram.left;
+    try_add(left.prev, bigram.left);
+    try_add(bigram.left, left.next);
+  }
+}
+
 }  // namespace
 
-void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
-  pretok::PreTokenizerScratch scratch;
+struct Tokenizer::BpeScratch {
+  pretok::PreTokenizerScratch pre;
   std::string clean;
   std::vector<std::pair<uint32_t, uint32_t>> words;
-  pre_tokenizer_->split(text, clean, words, scratch);
-
   std::vector<BpeSymbol> symbols;
   std::vector<BpeBigram> heap;  // max-heap under BpeBigramOrder
+  MergeQueue<BpeBigram> queue;  // long words (see merge_queue.h)
   std::string encoded;
-  // Per-call memo: word bytes -> where its ids already are in `out`. Real
-  // text repeats words constantly, and a word's ids depend on nothing else.
-  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
-  seen.reserve(std::min<size_t>(words.size(), 1 << 16));
-  constexpr uint32_t kMaxMemoWord = 64;
+};
 
-  for (const auto& [word_begin, word_end] : words) {
+void Tokenizer::encode_bpe_fragments(std::string_view text, const std::vector<TextFragment>& fragments,
+                                     std::vector<int32_t>& out, EncodeControl& control) const {
+  BpeScratch scratch;
+  // Word bytes -> where its ids already are in `out`, across the fragments:
+  // real text repeats words constantly, and a word's ids depend on nothing else.
+  WordMemo memo(text.size());
+  for (const TextFragment& f : fragments) {
+    if (f.token >= 0) {
+      out.push_back(f.token);
+    } else {
+      encode_bpe(text.substr(f.offset, f.length), out, scratch, memo, control);
+    }
+  }
+}
+
+void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch, WordMemo& memo,
+                           EncodeControl& control) const {
+  std::string& clean = scratch.clean;
+  pre_tokenizer_->split(text, clean, scratch.words, scratch.pre, control);
+  for (const auto& [word_begin, word_end] : scratch.words) {
     const uint32_t word_length = word_end - word_begin;
     if (word_length == 0) continue;
+    control.work(word_length);
     const std::string_view word(clean.data() + word_begin, word_length);
-    if (word_length <= kMaxMemoWord) {
-      const auto hit = seen.find(word);
-      if (hit != seen.end()) {
-        const auto [first, count] = hit->second;
-        append_earlier_ids(out, first, count);
-        continue;
-      }
+    size_t first = 0, count = 0;
+    if (memo.find(word, first, count)) {
+      append_earlier_ids(out, first, count);
+      continue;
     }
     const size_t out_before = out.size();
-    encode_bpe_word(clean, word_begin, word_end, out, symbols, heap, encoded);
-    if (word_length <= kMaxMemoWord) seen.emplace(word, std::make_pair(out_before, out.size() - out_before));
+    encode_bpe_word(clean, word_begin, word_end, out, scratch, control);
+    memo.store(word, out_before, out.size() - out_before);
   }
 }
 
 void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end,
-                                std::vector<int32_t>& out, std::vector<BpeSymbol>& symbols,
-                                std::vector<BpeBigram>& heap, std::string& encoded) const {
+                                std::vector<int32_t>& out, BpeScratch& scratch, EncodeControl& control) const {
   const uint32_t word_length = word_end - word_begin;
+  std::string& encoded = scratch.encoded;
+  std::vector<BpeSymbol>& symbols = scratch.symbols;
   if (ignore_merges_) {
     // Words that are tokens as a whole skip merging (llama3-style vocabularies).
     encoded.clear();
@@ -98,34 +148,12 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
     symbols.push_back(BpeSymbol{word_begin + i, 1, index - 1, i + 1 == word_length ? -1 : index + 1,
                                 byte_char_token_[static_cast<uint8_t>(clean[word_begin + i])]});
   }
-  heap.clear();
-  auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const int32_t left_id = symbols[left].id;
-    const int32_t right_id = symbols[right].id;
-    if (left_id < 0 || right_id < 0) return;
-    const MergeMap::Merge m = merges_.find(left_id, right_id);
-    if (m.rank < 0) return;
-    heap.push_back(BpeBigram{m.rank, left, right, left_id, right_id, m.result});
-    std::push_heap(heap.begin(), heap.end(), BpeBigramOrder{});
-  };
-  for (int32_t i = 1; i < static_cast<int32_t>(word_length); ++i) try_add(i - 1, i);
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), BpeBigramOrder{});
-    const BpeBigram bigram = heap.back();
-    heap.pop_back();
-    BpeSymbol& left = symbols[bigram.left];
-    BpeSymbol& right = symbols[bigram.right];
-    // Stale: a side was merged away or changed since the pair was queued.
-    if (left.length == 0 || right.length == 0 || left.id != bigram.left_id || right.id != bigram.right_id) continue;
-    left.length += right.length;
-    left.id = bigram.result;
-    right.length = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = bigram.left;
-    try_add(left.prev, bigram.left);
-    try_add(bigram.left, left.next);
+  if (control.use_buckets(word_length)) {
+    scratch.queue.clear();
+    merge_bpe_symbols(symbols, merges_, scratch.queue, control);
+  } else {
+    scratch.heap.clear();
+    merge_bpe_symbols(symbols, merges_, HeapMergeQueue<BpeBigram, BpeBigramOrder>{scratch.heap}, control);
   }
 
   for (int32_t i = 0; i != -1; i = symbols[i].next) {

@@ -304,7 +304,7 @@ PreTokenizer::PreTokenizer(const std::vector<const char*>& patterns) {
 }
 
 void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<std::pair<uint32_t, uint32_t>>& words,
-                         PreTokenizerScratch& s) const {
+                         PreTokenizerScratch& s, EncodeControl& control) const {
   words.clear();
   clean.clear();
   s.code_points.clear();
@@ -356,6 +356,7 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
       while (from < end && re.search(symbols->data(), begin, end, from, mb, me, s.regex)) {
         if (mb > kept) s.next_pieces.emplace_back(static_cast<uint32_t>(kept), static_cast<uint32_t>(mb));
         s.next_pieces.emplace_back(static_cast<uint32_t>(mb), static_cast<uint32_t>(me));
+        control.work(me - from);
         kept = from = me;
       }
       if (kept < end) s.next_pieces.emplace_back(static_cast<uint32_t>(kept), end);

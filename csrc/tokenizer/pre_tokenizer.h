@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/encode_control.h"
 #include "tokenizer/regex_matcher.h"
 
 namespace muser::pretok {
@@ -51,8 +52,10 @@ class PreTokenizer {
   // overlong forms are shortened);
   // `words` receives byte ranges [begin, end) into `clean`, in order,
   // covering it completely. Thread-safe (all state is in `scratch`).
+  // `control` is told the code points each regex pass goes through (and
+  // may throw Cancelled between matches).
   void split(std::string_view text, std::string& clean, std::vector<std::pair<uint32_t, uint32_t>>& words,
-             PreTokenizerScratch& scratch) const;
+             PreTokenizerScratch& scratch, EncodeControl& control) const;
 
  private:
   std::vector<Regex> regexes_;

@@ -382,6 +382,60 @@ Regex::Regex(std::string_view pattern_utf8) : pattern_(pattern_utf8) {
   const FirstInfo info = first_info(*root, sets_);
   first_any_ = info.nullable;
   first_ = info.first;
+
+  std::vector<BranchFirst> first(program_.size());
+  std::vector<uint8_t> state(program_.size(), 0);
+  split_x_first_.assign(program_.size(), BranchFirst{});
+  split_y_first_.assign(program_.size(), BranchFirst{});
+  for (size_t pc = 0; pc < program_.size(); ++pc) {
+    if (program_[pc].op != Op::Split) continue;
+    split_x_first_[pc] = first_of(program_[pc].x, first, state);
+    split_y_first_[pc] = first_of(program_[pc].y, first, state);
+  }
+}
+
+Regex::BranchFirst Regex::first_of(int32_t pc, std::vector<BranchFirst>& first, std::vector<uint8_t>& state) const {
+  if (state[pc] == 2) return first[pc];
+  BranchFirst any;
+  any.any = true;
+  if (state[pc] == 1) return any;  // a loop back to here: no symbol consumed yet on it, so anything may follow
+  state[pc] = 1;
+  BranchFirst out;
+  const Inst& in = program_[pc];
+  auto add_set = [&](const SymbolSet& set) {
+    for (uint32_t v = 0; v < 256; ++v) {
+      if (set.contains(v)) out.low[v >> 6] |= uint64_t{1} << (v & 63);
+    }
+  };
+  auto add = [&](const BranchFirst& other) {
+    out.any = out.any || other.any;
+    for (size_t w = 0; w < 4; ++w) out.low[w] |= other.low[w];
+  };
+  switch (in.op) {
+    case Op::Set:
+      add_set(sets_[in.x]);
+      break;
+    case Op::Run:
+      add_set(sets_[in.x]);
+      if (in.min == 0) add(first_of(pc + 1, first, state));
+      break;
+    case Op::Split:
+      add(first_of(in.x, first, state));
+      add(first_of(in.y, first, state));
+      break;
+    case Op::Jump:
+      add(first_of(in.x, first, state));
+      break;
+    case Op::Match:
+    case Op::AssertBegin:
+    case Op::AssertEnd:
+    case Op::Look:
+      out = any;
+      break;
+  }
+  state[pc] = 2;
+  first[pc] = out;
+  return out;
 }
 
 static bool node_nullable(const Regex::Node& node, const std::vector<SymbolSet>& sets) {
@@ -546,10 +600,21 @@ bool Regex::run(int32_t start_pc, const uint32_t* symbols, size_t begin, size_t 
           ++pc;
           break;
         }
-        case Op::Split:
-          stack.push_back({in.y, 0, pos, 0});
+        case Op::Split: {
+          // A branch whose first symbol cannot be this one fails on it at
+          // once: skip it (same result, no frame pushed and popped).
+          const bool at_symbol = pos < end;
+          const bool x_may = !at_symbol || split_x_first_[pc].may_start(symbols[pos]);
+          const bool y_may = !at_symbol || split_y_first_[pc].may_start(symbols[pos]);
+          if (!x_may) {
+            pc = in.y;
+            ok = y_may;
+            break;
+          }
+          if (y_may) stack.push_back({in.y, 0, pos, 0});
           pc = in.x;
           break;
+        }
         case Op::Jump:
           pc = in.x;
           break;

@@ -101,6 +101,16 @@ class Regex {
   friend class Parser;
 
   void emit(const Node& node);
+  // Symbols (< 256) that can be the first one consumed on a path from `pc`
+  // to Match; `any` when a path may consume nothing first (it reaches
+  // Match, an assertion or a lookahead). Memoised in `first`, `state`
+  // (0 new, 1 being computed: a loop, taken as any; 2 done).
+  struct BranchFirst {
+    std::array<uint64_t, 4> low{};
+    bool any = false;
+    bool may_start(uint32_t v) const { return any || v >= 256 || ((low[v >> 6] >> (v & 63)) & 1); }
+  };
+  BranchFirst first_of(int32_t pc, std::vector<BranchFirst>& first, std::vector<uint8_t>& state) const;
   bool run(int32_t pc, const uint32_t* symbols, size_t begin, size_t end, size_t pos, size_t& match_end,
            RegexScratch& scratch) const;
 
@@ -112,6 +122,13 @@ class Regex {
   // start with anything (nullable, lookahead first, or high symbols).
   SymbolSet first_;
   bool first_any_ = true;
+  // Per Split: what can start its preferred (x) and alternative (y) branch.
+  // A branch that cannot start at the current symbol would fail on it
+  // before any other effect, so run() goes straight to the other one
+  // (random Unicode text tries all eight alternatives of GPT-2's pattern
+  // at every word, mostly in vain).
+  std::vector<BranchFirst> split_x_first_;
+  std::vector<BranchFirst> split_y_first_;
   // The whole pattern is X+$ for a set X (deepseek-llm's \s+$): searched by
   // one backward scan instead of backtracking, which would be quadratic.
   bool trailing_run_ = false;

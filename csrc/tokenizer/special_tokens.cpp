@@ -35,6 +35,37 @@ SpecialTokenMatcher::SpecialTokenMatcher(std::vector<Entry> entries) : entries_(
     // Texts are unique in a vocabulary, so each end node has one entry.
     if (node >= 0 && nodes_[node].entry < 0) nodes_[node].entry = static_cast<int32_t>(e);
   }
+  link_suffixes();
+}
+
+void SpecialTokenMatcher::link_suffixes() {
+  suffix_.assign(nodes_.size(), -1);
+  ending_.assign(nodes_.size(), -1);
+  // Breadth first: a node's suffix is shallower, so it is linked before it.
+  std::vector<int32_t> order;
+  order.reserve(nodes_.size());
+  for (int32_t first : root_) {
+    if (first < 0) continue;
+    ending_[first] = nodes_[first].entry >= 0 ? first : -1;
+    order.push_back(first);
+  }
+  for (size_t at = 0; at < order.size(); ++at) {
+    const int32_t node = order[at];
+    for (int32_t c = nodes_[node].first_child; c >= 0; c = nodes_[c].next_sibling) {
+      const int32_t suffix = step(suffix_[node], nodes_[c].byte);
+      suffix_[c] = suffix;
+      ending_[c] = nodes_[c].entry >= 0 ? c : (suffix >= 0 ? ending_[suffix] : -1);
+      order.push_back(c);
+    }
+  }
+}
+
+int32_t SpecialTokenMatcher::step(int32_t node, uint8_t byte) const {
+  for (; node >= 0; node = suffix_[node]) {
+    const int32_t next = child(node, byte);
+    if (next >= 0) return next;
+  }
+  return root_[byte];
 }
 
 int32_t SpecialTokenMatcher::child(int32_t node, uint8_t byte) const {
@@ -44,29 +75,36 @@ int32_t SpecialTokenMatcher::child(int32_t node, uint8_t byte) const {
   return -1;
 }
 
-void SpecialTokenMatcher::partition(std::string_view text, std::vector<TextFragment>& out) const {
+void SpecialTokenMatcher::partition(std::string_view text, std::vector<TextFragment>& out,
+                                    EncodeControl& control) const {
   out.clear();
   if (text.empty()) return;
   out.push_back(TextFragment{-1, 0, text.size()});
   if (entries_.empty()) return;
 
   // One pass over the text finds which special tokens occur at all; only
-  // those need the (token by token) splitting below.
-  std::vector<int32_t> present;
+  // those need the (token by token) splitting below. A token seen once is
+  // not followed again, nor the shorter ones its chain leads to, which
+  // were all marked with it.
+  std::vector<uint8_t> present(entries_.size(), 0);
+  size_t n_present = 0;
+  int32_t node = -1;
   for (size_t i = 0; i < text.size(); ++i) {
-    int32_t node = root_[static_cast<uint8_t>(text[i])];
-    for (size_t j = i + 1; node >= 0; ++j) {
-      if (nodes_[node].entry >= 0) present.push_back(nodes_[node].entry);
-      if (j >= text.size()) break;
-      node = child(node, static_cast<uint8_t>(text[j]));
+    const uint8_t byte = static_cast<uint8_t>(text[i]);
+    node = node < 0 ? root_[byte] : step(node, byte);  // at the root: most bytes of most texts
+    if (node < 0) continue;
+    for (int32_t e = ending_[node]; e >= 0 && !present[nodes_[e].entry];
+         e = suffix_[e] >= 0 ? ending_[suffix_[e]] : -1) {
+      present[nodes_[e].entry] = 1;
+      ++n_present;
     }
   }
-  if (present.empty()) return;
-  std::sort(present.begin(), present.end());
-  present.erase(std::unique(present.begin(), present.end()), present.end());
+  control.work(text.size());
+  if (n_present == 0) return;
 
   std::vector<TextFragment> next;
-  for (int32_t e : present) {
+  for (size_t e = 0; e < entries_.size(); ++e) {
+    if (!present[e]) continue;
     const Entry& entry = entries_[e];
     next.clear();
     for (const TextFragment& frag : out) {
@@ -76,6 +114,7 @@ void SpecialTokenMatcher::partition(std::string_view text, std::vector<TextFragm
       }
       size_t base = frag.offset;
       size_t length = frag.length;
+      control.work(length);
       while (length > 0) {
         const size_t match = text.substr(0, base + length).find(entry.text, base);
         if (match == std::string_view::npos) {

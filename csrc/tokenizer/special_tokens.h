@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/encode_control.h"
+
 namespace muser {
 
 // One piece of the partitioned text: a special token, or raw text.
@@ -38,7 +40,7 @@ class SpecialTokenMatcher {
   bool empty() const { return entries_.empty(); }
 
   // Partitions `text` into fragments (cleared first). Thread-safe.
-  void partition(std::string_view text, std::vector<TextFragment>& out) const;
+  void partition(std::string_view text, std::vector<TextFragment>& out, EncodeControl& control) const;
 
  private:
   struct Node {
@@ -48,10 +50,21 @@ class SpecialTokenMatcher {
     uint8_t byte = 0;
   };
   int32_t child(int32_t node, uint8_t byte) const;
+  // The node reached from `node` (-1: the root) by `byte` in the
+  // Aho-Corasick automaton: the longest trie path that ends the text so far.
+  int32_t step(int32_t node, uint8_t byte) const;
+  void link_suffixes();
 
   std::vector<Entry> entries_;
   std::vector<Node> nodes_;
   std::array<int32_t, 256> root_{};
+  // Per node: the node of its longest proper suffix on a trie path (-1: the
+  // root), and the nearest node on that chain, itself included, where a
+  // token ends (-1: none). Finding which tokens occur is then one pass over
+  // the text, whatever it holds (a walk from every position cost the
+  // longest match per byte: 31 steps a byte in a run of spaces).
+  std::vector<int32_t> suffix_;
+  std::vector<int32_t> ending_;
 };
 
 }  // namespace muser

@@ -16,6 +16,7 @@
 // The parts ("words") repeat a lot, so each distinct word is merged once per
 // call and its ids are reused.
 #include <algorithm>
+#include <cstring>
 
 #include "tokenizer/spm_memo.h"
 #include "tokenizer/tokenizer.h"
@@ -26,22 +27,6 @@ namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
-struct SpmSymbol {
-  uint32_t start;
-  uint32_t length;  // 0 once merged into the symbol on its left
-  int32_t prev;
-  int32_t next;
-  int32_t id;  // token id of the symbol's text, -1 when it is not a token
-};
-
-struct SpmBigram {
-  float score;
-  int32_t left;
-  int32_t right;
-  uint32_t length;
-  int32_t id;
-};
-
 // Highest score first; among equal scores the leftmost pair (heap order).
 struct SpmBigramOrder {
   bool operator()(const SpmBigram& a, const SpmBigram& b) const {
@@ -50,6 +35,16 @@ struct SpmBigramOrder {
 };
 
 bool is_space_at(std::string_view text, size_t pos) { return text.substr(pos, kSpace.size()) == kSpace; }
+
+// MergeQueue priority of a score: higher scores pop first, equal scores
+// (+0 and -0 too) share a priority. The float's bits made monotone, inverted.
+uint32_t spm_priority(float score) {
+  if (score == 0.0f) score = 0.0f;
+  uint32_t bits = 0;
+  std::memcpy(&bits, &score, sizeof bits);
+  const uint32_t ascending = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return ~ascending;
+}
 
 }  // namespace
 
@@ -73,7 +68,8 @@ void Tokenizer::spm_byte_fallback(const char* bytes, size_t n, std::vector<int32
   }
 }
 
-void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out, SpmMemo& memo) const {
+void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out, SpmMemo& memo,
+                           EncodeControl& control) const {
   std::string text;
   text.reserve(raw.size() + raw.size() / 4);
   for (char c : raw) {
@@ -86,7 +82,7 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out, SpmM
   if (text.empty()) return;
 
   if (!spm_word_split_) {
-    encode_spm_part(text, 0, text.size(), out, memo);
+    encode_spm_part(text, 0, text.size(), out, memo, control);
     return;
   }
   // Byte ranges no split may fall inside: occurrences of tokens with an
@@ -113,36 +109,33 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out, SpmM
     const size_t len = std::min(unicode::utf8_sequence_length(static_cast<uint8_t>(text[offset])), text.size() - offset);
     const bool is_space = len == kSpace.size() && is_space_at(text, offset);
     if (is_space && offset > word_start && !previous_is_space && splittable(offset)) {
-      encode_spm_word(text, word_start, offset, out, memo);
+      encode_spm_word(text, word_start, offset, out, memo, control);
       word_start = offset;
     }
     previous_is_space = is_space;
     offset += len;
   }
-  encode_spm_word(text, word_start, text.size(), out, memo);
+  encode_spm_word(text, word_start, text.size(), out, memo, control);
 }
 
 void Tokenizer::encode_spm_word(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
-                                SpmMemo& memo) const {
-  constexpr size_t kMaxMemoWord = 64;
+                                SpmMemo& memo, EncodeControl& control) const {
   const std::string_view word(text.data() + begin, end - begin);
-  if (word.size() > kMaxMemoWord) {
-    encode_spm_part(text, begin, end, out, memo);
-    return;
-  }
-  if (const auto* hit = memo.find_word(word)) {
-    const auto [first, count] = *hit;
+  control.work(word.size());
+  size_t first = 0, count = 0;
+  if (memo.words.find(word, first, count)) {
     append_earlier_ids(out, first, count);
     return;
   }
   const size_t before = out.size();
-  encode_spm_part(text, begin, end, out, memo);
-  memo.store_word(word, before, out.size() - before);
+  encode_spm_part(text, begin, end, out, memo, control);
+  memo.words.store(word, before, out.size() - before);
 }
 
 void Tokenizer::encode_spm_part(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
-                                SpmMemo& memo) const {
-  std::vector<SpmSymbol> symbols;
+                                SpmMemo& memo, EncodeControl& control) const {
+  std::vector<SpmSymbol>& symbols = memo.symbols;
+  symbols.clear();
   symbols.reserve(end - begin);
   for (size_t offset = begin; offset < end;) {
     const uint8_t lead = static_cast<uint8_t>(text[offset]);
@@ -154,8 +147,30 @@ void Tokenizer::encode_spm_part(const std::string& text, size_t begin, size_t en
     offset += len;
   }
 
-  std::vector<SpmBigram> heap;  // max-heap under SpmBigramOrder
-  heap.reserve(symbols.size());
+  // NaN scores have no order (the heap's comparisons with them are what
+  // llama.cpp does too); only the heap reproduces that.
+  if (control.use_buckets(symbols.size()) && !spm_nan_scores_) {
+    memo.queue.clear();
+    merge_spm_symbols(text, memo.queue, memo, control);
+  } else {
+    memo.heap.clear();
+    merge_spm_symbols(text, HeapMergeQueue<SpmBigram, SpmBigramOrder>{memo.heap}, memo, control);
+  }
+
+  for (int32_t i = 0; i != -1; i = symbols[i].next) {
+    const SpmSymbol& s = symbols[i];
+    if (s.id >= 0) {
+      out.push_back(s.id);
+    } else {
+      spm_byte_fallback(text.data() + s.start, s.length, out);
+    }
+  }
+}
+
+template <typename Queue>
+void Tokenizer::merge_spm_symbols(const std::string& text, Queue&& queue, SpmMemo& memo,
+                                  EncodeControl& control) const {
+  std::vector<SpmSymbol>& symbols = memo.symbols;
   auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const uint32_t length = symbols[left].length + symbols[right].length;
@@ -171,15 +186,13 @@ void Tokenizer::encode_spm_part(const std::string& text, size_t begin, size_t en
       memo.store_pair(a, b, id);
     }
     if (id < 0) return;
-    heap.push_back(SpmBigram{scores_[id], left, right, length, id});
-    std::push_heap(heap.begin(), heap.end(), SpmBigramOrder{});
+    queue.push(spm_priority(scores_[id]), SpmBigram{scores_[id], left, right, length, id});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
 
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), SpmBigramOrder{});
-    const SpmBigram bigram = heap.back();
-    heap.pop_back();
+  SpmBigram bigram;
+  while (queue.pop(bigram)) {
+    control.work(1);
     SpmSymbol& left = symbols[bigram.left];
     SpmSymbol& right = symbols[bigram.right];
     // Stale: one side was merged away or grew since this pair was queued.
@@ -191,15 +204,6 @@ void Tokenizer::encode_spm_part(const std::string& text, size_t begin, size_t en
     if (right.next >= 0) symbols[right.next].prev = bigram.left;
     try_add(left.prev, bigram.left);
     try_add(bigram.left, left.next);
-  }
-
-  for (int32_t i = 0; i != -1; i = symbols[i].next) {
-    const SpmSymbol& s = symbols[i];
-    if (s.id >= 0) {
-      out.push_back(s.id);
-    } else {
-      spm_byte_fallback(text.data() + s.start, s.length, out);
-    }
   }
 }
 

@@ -1,20 +1,39 @@
-// Per-call memos for SentencePiece encoding, shared by all fragments of one
-// encode() call (see spm_encoder.cpp). Not shared between calls or threads.
+// Per-call memos and work buffers for SentencePiece encoding, shared by all
+// fragments of one encode() call (see spm_encoder.cpp). Not shared between
+// calls or threads.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include "tokenizer/merge_queue.h"
+#include "tokenizer/word_memo.h"
 
 namespace muser {
 
+// Work records of the SentencePiece merge loop.
+struct SpmSymbol {
+  uint32_t start;
+  uint32_t length;  // 0 once merged into the symbol on its left
+  int32_t prev;
+  int32_t next;
+  int32_t id;  // token id of the symbol's text, -1 when it is not a token
+};
+
+struct SpmBigram {
+  float score;
+  int32_t left;
+  int32_t right;
+  uint32_t length;
+  int32_t id;
+};
+
 class SpmMemo {
  public:
-  explicit SpmMemo(size_t text_size) {
+  explicit SpmMemo(size_t text_size) : words(text_size) {
     size_t size = 1024;
     while (size < text_size && size < (1u << 14)) size <<= 1;
     pairs_.assign(size, PairEntry{});
@@ -32,15 +51,12 @@ class SpmMemo {
   void store_pair(int32_t a, int32_t b, int32_t result) { pairs_[pair_index(a, b)] = PairEntry{a, b, result}; }
 
   // Ids of words already encoded: [first, first + count) of the output.
-  const std::pair<size_t, size_t>* find_word(std::string_view word) const {
-    const auto it = words_.find(word);
-    return it == words_.end() ? nullptr : &it->second;
-  }
-  void store_word(std::string_view word, size_t first, size_t count) {
-    // Keys must outlive the fragment they came from: keep a copy.
-    word_text_.emplace_back(std::make_unique<std::string>(word));
-    words_.emplace(*word_text_.back(), std::make_pair(first, count));
-  }
+  WordMemo words;
+
+  // Buffers of the merge loop, reused word after word (no allocation per word).
+  std::vector<SpmSymbol> symbols;
+  std::vector<SpmBigram> heap;
+  MergeQueue<SpmBigram> queue;
 
  private:
   struct PairEntry {
@@ -55,8 +71,6 @@ class SpmMemo {
   }
   std::vector<PairEntry> pairs_;
   size_t mask_ = 0;
-  std::unordered_map<std::string_view, std::pair<size_t, size_t>> words_;
-  std::vector<std::unique_ptr<std::string>> word_text_;
 };
 
 }  // namespace muser

@@ -31,6 +31,8 @@ void TokenTextMap::reserve(size_t n) {
   slots_.assign(cap, Slot{});
   mask_ = cap - 1;
   count_ = 0;
+  filter_.assign(cap / 8, 0);  // 16 bits a key at the table's full load (cap / 2 keys)
+  filter_mask_ = filter_.size() - 1;
   for (const Slot& s : old) {
     if (s.id >= 0) insert(s.offset, s.size, s.id);
   }
@@ -47,6 +49,7 @@ int32_t TokenTextMap::insert(uint32_t offset, uint32_t size, int32_t id) {
     Slot& s = slots_[i];
     if (s.id < 0) {
       s = Slot{offset, size, h32, id};
+      filter_[filter_word(h)] |= filter_bits(h);
       ++count_;
       return -1;
     }
@@ -57,6 +60,8 @@ int32_t TokenTextMap::insert(uint32_t offset, uint32_t size, int32_t id) {
 int32_t TokenTextMap::find(const char* data, size_t size) const {
   if (slots_.empty()) return -1;
   const uint64_t h = hash_bytes(data, size);
+  const uint64_t bits = filter_bits(h);
+  if ((filter_[filter_word(h)] & bits) != bits) return -1;
   const uint32_t h32 = static_cast<uint32_t>(h >> 32);
   for (size_t i = static_cast<size_t>(h) & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];

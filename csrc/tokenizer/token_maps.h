@@ -36,10 +36,19 @@ class TokenTextMap {
     int32_t id = -1;  // -1: empty
   };
   void grow();
+  // Blocked Bloom filter over the keys (two bits in one 64-bit word, 16
+  // bits a key): most texts looked up while merging are not tokens (random
+  // pairs of characters), and on a large vocabulary the table is megabytes,
+  // so each such miss would cost a trip to memory; the filter answers most
+  // of them from cache. A set bit proves nothing; the table decides.
+  static uint64_t filter_bits(uint64_t h) { return (uint64_t{1} << ((h >> 6) & 63)) | (uint64_t{1} << ((h >> 12) & 63)); }
+  size_t filter_word(uint64_t h) const { return static_cast<size_t>(h >> 32) & filter_mask_; }
   const char* arena_ = nullptr;
   std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t count_ = 0;
+  std::vector<uint64_t> filter_;
+  size_t filter_mask_ = 0;
 };
 
 // Maps an adjacent pair of token ids to its merge: rank (lower merges first)

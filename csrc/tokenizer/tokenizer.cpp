@@ -53,11 +53,13 @@ void Tokenizer::append_earlier_ids(std::vector<int32_t>& out, size_t first, size
   for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                       const CancelToken* cancel, MergeQueueKind queue) const {
+  EncodeControl control(cancel, queue);
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   std::vector<TextFragment> fragments;
-  (parse_special ? special_all_ : special_user_).partition(text, fragments);
+  (parse_special ? special_all_ : special_user_).partition(text, fragments, control);
 
   if (add_special && add_bos_) out.push_back(bos_);
   if (kind_ == TokenizerKind::SentencePiece) {
@@ -75,17 +77,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       buffer.clear();
       if (add_space_prefix_ && previous_special) buffer.push_back(' ');
       buffer.append(text.data() + f.offset, f.length);
-      encode_spm(buffer, out, memo);
+      encode_spm(buffer, out, memo, control);
       previous_special = false;
     }
   } else {
-    for (const TextFragment& f : fragments) {
-      if (f.token >= 0) {
-        out.push_back(f.token);
-      } else {
-        encode_bpe(text.substr(f.offset, f.length), out);
-      }
-    }
+    encode_bpe_fragments(text, fragments, out, control);
   }
   if (add_special && add_eos_) out.push_back(eos_);
   return out;

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/cancel_token.h"
+#include "tokenizer/encode_control.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/special_tokens.h"
 #include "tokenizer/token_maps.h"
@@ -28,6 +30,7 @@
 namespace muser {
 
 class SpmMemo;
+class WordMemo;
 
 // GGUF tokenizer.ggml.token_type values.
 enum class TokenType : int32_t {
@@ -47,7 +50,11 @@ class Tokenizer {
   // Token ids for `text` (UTF-8; invalid bytes are accepted and handled as
   // llama.cpp does). add_special adds BOS/EOS as the vocabulary asks;
   // parse_special lets control-token texts in `text` become those tokens.
-  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // With `cancel`, throws Cancelled soon after the token reads as cancelled
+  // (or its deadline passes), checking every few kilobytes of work; `queue`
+  // is for tests (every kind gives the same ids).
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                              const CancelToken* cancel = nullptr, MergeQueueKind queue = MergeQueueKind::Auto) const;
 
   // Bytes of the text for `ids`, as llama.cpp's llama_detokenize: with
   // remove_special a leading BOS / trailing EOS are dropped (when the
@@ -104,6 +111,7 @@ class Tokenizer {
   // Work records of the BPE merge loop (defined in bpe_encoder.cpp).
   struct BpeSymbol;
   struct BpeBigram;
+  struct BpeScratch;
 
  private:
   Tokenizer() = default;
@@ -111,15 +119,21 @@ class Tokenizer {
 
   void check_id(int32_t id, const char* where) const;
   // SentencePiece: one raw fragment; its words (memoised); one word's merges.
-  void encode_spm(std::string_view text, std::vector<int32_t>& out, SpmMemo& memo) const;
+  void encode_spm(std::string_view text, std::vector<int32_t>& out, SpmMemo& memo, EncodeControl& control) const;
   void encode_spm_word(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
-                       SpmMemo& memo) const;
+                       SpmMemo& memo, EncodeControl& control) const;
   void encode_spm_part(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,
-                       SpmMemo& memo) const;
+                       SpmMemo& memo, EncodeControl& control) const;
+  template <typename Queue>
+  void merge_spm_symbols(const std::string& text, Queue&& queue, SpmMemo& memo, EncodeControl& control) const;
   // BPE: one raw fragment (pre-tokenized, words memoised); one word's merges.
-  void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch, WordMemo& memo,
+                  EncodeControl& control) const;
   void encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
-                       std::vector<BpeSymbol>& symbols, std::vector<BpeBigram>& heap, std::string& encoded) const;
+                       BpeScratch& scratch, EncodeControl& control) const;
+  // The BPE fragments of one encode call (pre-tokenizer, word memo, merges).
+  void encode_bpe_fragments(std::string_view text, const std::vector<TextFragment>& fragments,
+                            std::vector<int32_t>& out, EncodeControl& control) const;
   void spm_byte_fallback(const char* bytes, size_t n, std::vector<int32_t>& out) const;
   // Appends out[first, first + count) to `out` (a memoized word's ids),
   // keeping the vector's geometric growth so encoding stays linear.
@@ -147,6 +161,8 @@ class Tokenizer {
   // SentencePiece: split at word boundaries (see spm_encoder.cpp), unless too
   // many tokens span them; those tokens' ids.
   bool spm_word_split_ = false;
+  // Some score is NaN: SentencePiece words then always merge with the heap.
+  bool spm_nan_scores_ = false;
   std::vector<int32_t> spm_space_spanning_;
   // BPE: id of each GPT-2 byte-alphabet character's token (-1: none).
   std::vector<int32_t> byte_char_token_;

@@ -3,6 +3,7 @@
 // end-of-generation and fill-in-the-middle tokens, attribute corrections).
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
@@ -166,6 +167,7 @@ class TokenizerLoader {
       if (scores != nullptr) {
         tk.scores_[i] = scores->elem_type == GgufType::F32 ? static_cast<float>(scores->float_at(i))
                                                             : static_cast<float>(scores->int_at(i));
+        if (std::isnan(tk.scores_[i])) tk.spm_nan_scores_ = true;
       }
       if (types != nullptr) tk.attrs_[i] = attr_of_type(types->int_at(i));
     }

@@ -440,11 +440,13 @@ class Tokenizer:
         Open a GGUF file and build its tokenizer (ModelFormatError on a bad file).
         """
 
-    def encode(self, text: object, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def encode(self, text: object, add_special: bool = True, parse_special: bool = False, cancel: CancelToken | None = None) -> list[int]:
         """
         Token ids of `text` (str, or bytes taken as UTF-8 even when invalid).
         add_special: add BOS/EOS as the vocabulary asks. parse_special: let control-token texts
         in `text` become those tokens (user-defined tokens are always recognised).
+        cancel: a CancelToken checked every few kilobytes of work; once it reads as cancelled
+        (or its deadline passes) encoding stops with Cancelled.
         """
 
     def decode(self, tokens: Sequence[int], remove_special: bool = True, unparse_special: bool = False) -> str:

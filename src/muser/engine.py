@@ -407,21 +407,30 @@ class Engine:
         """The model's tokenizer (immutable; thread-safe; releases the GIL)."""
         return self._core.tokenizer
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False, *,
+                 cancel: _core.CancelToken | None = None) -> list[int]:
         """Token ids of ``text``, identical to llama.cpp's tokenizer.
 
         Args:
             add_special: add BOS/EOS as the model's metadata asks.
             parse_special: let texts of control tokens (``<|im_start|>``...) in
                 ``text`` become those tokens; otherwise they are plain text.
+            cancel: a :class:`muser.CancelToken`, read every few kilobytes of
+                work (with the GIL released): once it is cancelled, or its
+                deadline has passed, tokenization stops.
 
         Raises:
-            TypeError: ``text`` is not a str (bytes must be decoded first).
+            Cancelled: ``cancel`` was cancelled or its deadline passed
+                (``cancel.deadline_passed`` tells which).
+            TypeError: ``text`` is not a str (bytes must be decoded first), or
+                ``cancel`` is not a CancelToken.
             ValueError: ``text`` is longer than ``muser.limits.MAX_TEXT_CHARS``, or
                 holds a lone surrogate (not Unicode text).
         """
+        if cancel is not None and not isinstance(cancel, _core.CancelToken):
+            raise TypeError(f"cancel must be a muser.CancelToken or None, got {type(cancel).__name__}")
         try:
-            return self._core.tokenizer.encode(limits.check_text("text", text), add_special, parse_special)
+            return self._core.tokenizer.encode(limits.check_text("text", text), add_special, parse_special, cancel)
         except UnicodeEncodeError as exc:
             raise ValueError(
                 f"text has a lone surrogate {text[exc.start]!r} at position {exc.start}: it has no UTF-8 form"

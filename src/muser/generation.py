@@ -15,8 +15,8 @@ is cancelled with :class:`muser.Cancelled` and the slot freed: a slow
 consumer never holds a slot hostage. ``astream`` hands chunks to the event
 loop directly (``call_soon_threadsafe``), so it needs no executor threads.
 
-``timeout`` is the deadline of the whole request (waiting for a slot,
-prefill, generation): past it the request ends with
+``timeout`` is the deadline of the whole request (tokenizing the prompt,
+waiting for a slot, prefill, generation): past it the request ends with
 :class:`muser.DeadlineExceeded` and frees its slot.
 
 Lifecycle: closing a stream (or dropping it), Ctrl-C in ``generate``,
@@ -170,10 +170,38 @@ def _make_options(
     )
 
 
-def _prompt_tokens(engine: Engine, prompt: str | Sequence[int], parse_special: bool) -> list[int]:
+def _deadline(timeout: float | None, since: float | None = None) -> float | None:
+    """The ``time.monotonic()`` instant a request with ``timeout``, started at
+    ``since`` (default: now), must end by; None: no deadline."""
+    if timeout is None or not math.isfinite(timeout):  # None or inf: no deadline
+        return None
+    return (time.monotonic() if since is None else since) + timeout
+
+
+def _deadline_error(timeout: float | None, during: str = "") -> DeadlineExceeded:
+    return DeadlineExceeded(f"the request ran past its timeout of {timeout:g} s{during}")
+
+
+def _prompt_tokens(engine: Engine, prompt: str | Sequence[int], parse_special: bool,
+                   cancel: CancelToken | None = None, deadline: float | None = None,
+                   timeout: float | None = None) -> list[int]:
+    """The prompt's token ids. A text is tokenized under the request's
+    cancellation and deadline (a 16 Mi-character prompt takes seconds, and is
+    part of the request): Cancelled or DeadlineExceeded, as the request
+    itself would end, the moment either applies."""
     checked = limits.check_prompt(prompt, engine.n_vocab)
+    if cancel is not None and not isinstance(cancel, CancelToken):
+        raise TypeError(f"cancel must be a muser.CancelToken or None, got {type(cancel).__name__}")
     if isinstance(checked, str):
-        tokens = engine.tokenize(checked, add_special=True, parse_special=parse_special)
+        watch = CancelToken(cancel)
+        if deadline is not None:
+            watch.set_deadline(max(0.0, deadline - time.monotonic()))
+        try:
+            tokens = engine.tokenize(checked, add_special=True, parse_special=parse_special, cancel=watch)
+        except Cancelled as exc:
+            if watch.deadline_passed:
+                raise _deadline_error(timeout, " (while tokenizing the prompt)") from exc
+            raise Cancelled("the request was cancelled while tokenizing its prompt") from exc
     else:
         tokens = checked
     if not tokens:
@@ -246,7 +274,7 @@ class _Request:
 
     def __init__(self, pool: SlotPool, tokens: list[int], options: _Options, seed: int | None,
                  index: int, user_cancel: CancelToken | None, *, collect: bool = False,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None, deadline: float | None = None) -> None:
         self.pool = pool
         self.engine = pool.engine
         self.tokens = tokens
@@ -259,8 +287,12 @@ class _Request:
         # without touching the caller's token. The core watches ours.
         self.user_cancel = user_cancel
         self.cancel = CancelToken(user_cancel)
-        if options.timeout is not None and math.isfinite(options.timeout):  # None or inf: no deadline
-            self.cancel.set_deadline(options.timeout)
+        # The deadline counts from the call (tokenizing the prompt is part of
+        # the request), not from when this producer was built.
+        if deadline is None:
+            deadline = _deadline(options.timeout)
+        if deadline is not None:
+            self.cancel.set_deadline(max(0.0, deadline - time.monotonic()))
         self.collected: list[GenerationChunk] | None = [] if collect else None
         self.channel = None if collect else _Channel(CHANNEL_DEPTH, loop)
         self.error: BaseException | None = None
@@ -291,7 +323,7 @@ class _Request:
             self.recorder.note(what, self.request_id, self.pool._core.id, slot, detail)
 
     def _deadline_error(self) -> DeadlineExceeded:
-        return DeadlineExceeded(f"the request ran past its timeout of {self.options.timeout:g} s")
+        return _deadline_error(self.options.timeout)
 
     def _emit(self, chunk: GenerationChunk) -> None:
         if chunk.finish_reason is not None:
@@ -506,18 +538,23 @@ def _drain(detok: StreamingDetokenizer, stops: StopMatcher) -> str:
 
 def _start(target: Target, prompt: str | Sequence[int], n: int, cancel: CancelToken | None,
            parse_special: bool, options: _Options, *, collect: bool = False,
-           loop: asyncio.AbstractEventLoop | None = None) -> list[_Request]:
+           loop: asyncio.AbstractEventLoop | None = None, started_at: float | None = None) -> list[_Request]:
+    """Validate, tokenize (under the request's cancellation and deadline,
+    counted from ``started_at``, a ``time.monotonic()`` instant, or now) and
+    start ``n`` producers."""
     pool = _pool_of(target)
     n = limits.check_int("n", n, 1, pool.slots)
     seed = limits.check_seed(options.seed, n)
     limits.check_n_keep(options.n_keep, pool.max_context, options.context_shift)
-    tokens = _prompt_tokens(pool.engine, prompt, parse_special)
+    deadline = _deadline(options.timeout, started_at)
+    tokens = _prompt_tokens(pool.engine, prompt, parse_special, cancel, deadline, options.timeout)
     if len(tokens) >= pool.max_context:
         raise ValueError(f"the prompt has {len(tokens)} tokens; the pool's max_context is {pool.max_context}")
     seeds = [None if seed is None else seed + i for i in range(n)]
     # All built first, then started back to back, so the n completions
     # arrive at admission together.
-    requests = [_Request(pool, tokens, options, seeds[i], i, cancel, collect=collect, loop=loop) for i in range(n)]
+    requests = [_Request(pool, tokens, options, seeds[i], i, cancel, collect=collect, loop=loop, deadline=deadline)
+                for i in range(n)]
     started: list[_Request] = []
     try:
         for request in requests:
@@ -664,7 +701,7 @@ def stream(target: Target, prompt: Prompt, **options: Unpack[GenerationOptions])
     Keyword arguments (:class:`muser.options.GenerationOptions`): ``max_tokens``
     (256), ``stop`` (strings), ``stop_token_ids``, ``seed``, ``grammar``
     (:class:`muser.Grammar`), ``logprobs``, ``top_logprobs``, ``echo``,
-    ``context_shift``/``n_keep``, ``timeout`` (waiting for a slot),
+    ``context_shift``/``n_keep``, ``timeout`` (the whole request, tokenizing the prompt included),
     ``consumer_timeout`` (5 s), ``special`` (show control tokens),
     ``logits_processors`` and ``stopping_criteria`` (see :mod:`muser.logits_hooks`),
     ``cancel``, ``parse_special``, plus every :class:`muser.SamplingParams`
@@ -673,7 +710,10 @@ def stream(target: Target, prompt: Prompt, **options: Unpack[GenerationOptions])
     Closing the iterator early cancels the request and frees its slot.
 
     Raises:
-        Cancelled: the consumer stalled past ``consumer_timeout``.
+        Cancelled: the consumer stalled past ``consumer_timeout``; or, from
+            this call, ``cancel`` was cancelled while the prompt was tokenized.
+        DeadlineExceeded: from this call, ``timeout`` passed while the prompt
+            was tokenized (a text of millions of characters).
         Overloaded, TimeoutError, Unhealthy: from acquiring a slot.
         TypeError: an unknown keyword (the message names the closest valid
             one) or a list of prompts.
@@ -713,6 +753,7 @@ def generate(target: Target, prompt: Prompt | Prompts, *, n: int = 1,
 
     Raises:
         Cancelled: ``cancel`` was cancelled, or the request was.
+        DeadlineExceeded: the request ran past ``timeout`` (tokenizing the prompt included).
         TypeError: an unknown keyword (naming the closest valid one).
         ValueError: bad arguments, or ``n`` > 1 with a list of prompts.
     """

@@ -53,8 +53,20 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from muser import limits
+from muser.engine import Engine
 from muser.errors import Cancelled
-from muser.generation import Target, _collect, _pool_of, _Request, _split, _start, render_chat
+from muser.generation import (
+    Target,
+    _collect,
+    _deadline,
+    _pool_of,
+    _prompt_tokens,
+    _Request,
+    _split,
+    _start,
+    render_chat,
+)
 from muser.grammar import Grammar
 from muser.options import SharedOptions, check_keywords
 from muser.types import GenerationChunk
@@ -313,9 +325,17 @@ def _check_finish(chunk: GenerationChunk) -> None:
         raise Cancelled("the generation was cancelled")
 
 
+def _tokenize_prompt(engine: Engine, prompt: str, parse_special: bool, options: Mapping[str, Any],
+                     started_at: float) -> list[int]:
+    """The prompt's ids, tokenized under the request's ``cancel`` and ``timeout``
+    (Cancelled or DeadlineExceeded, as the request would end)."""
+    timeout = limits.check_timeout("timeout", options.get("timeout"))
+    return _prompt_tokens(engine, prompt, parse_special, options.get("cancel"), _deadline(timeout, started_at), timeout)
+
+
 def _prepare(target: Target, tokens: list[int], n: int, max_tokens: int | None, extra: Mapping[str, Any],
              grammar: Grammar | None, logprobs: bool, top_logprobs: int | None, stop: Any,
-             function: str) -> list[_Request]:
+             function: str, started_at: float | None = None) -> list[_Request]:
     pool = _pool_of(target)
     options: dict[str, Any] = dict(extra)
     if grammar is not None:
@@ -333,7 +353,7 @@ def _prepare(target: Target, tokens: list[int], n: int, max_tokens: int | None, 
     if "logit_bias" in options and options["logit_bias"] is not None:
         options["logit_bias"] = {int(k): float(v) for k, v in options["logit_bias"].items()}
     parsed, cancel, _ = _split(options, function, own=_CHAT_KEYWORDS)
-    return _start(target, tokens, n, cancel, False, parsed)
+    return _start(target, tokens, n, cancel, False, parsed, started_at=started_at)
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> JSONDict:
@@ -405,9 +425,10 @@ def create_chat_completion(
         raise ValueError("response_format cannot be combined with a forced tool call")
     prompt = render_chat(target, _template_messages(messages), template, tools=list(tools) if tools else None)
     engine = _pool_of(target).engine
-    tokens = engine.tokenize(prompt, add_special=True, parse_special=True)
+    started_at = time.monotonic()
+    tokens = _tokenize_prompt(engine, prompt, True, options, started_at)
     requests = _prepare(target, tokens, n, max_completion_tokens if max_completion_tokens is not None else max_tokens,
-                        options, grammar, logprobs, top_logprobs, None, "create_chat_completion")
+                        options, grammar, logprobs, top_logprobs, None, "create_chat_completion", started_at)
     header = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(target, model),
               "system_fingerprint": system_fingerprint(target)}
     vocab = _Tokens(target)
@@ -555,8 +576,9 @@ def create_completion(
         raise ValueError("echo=True with logprobs is not supported (muser has no logprobs for prompt tokens)")
     engine = _pool_of(target).engine
     parse_special = bool(options.get("parse_special", False))
+    started_at = time.monotonic()
     if isinstance(prompt, str):
-        tokens = engine.tokenize(prompt, add_special=True, parse_special=parse_special)
+        tokens = _tokenize_prompt(engine, prompt, parse_special, options, started_at)
     elif isinstance(prompt, Sequence) and prompt and all(isinstance(t, int) for t in prompt):
         tokens = [int(t) for t in prompt]
     else:
@@ -564,7 +586,7 @@ def create_completion(
                         "prompts call it once per prompt, or use muser.generate(target, [p1, p2, ...])")
     rest = {k: v for k, v in options.items() if k != "parse_special"}
     requests = _prepare(target, tokens, n, max_tokens, rest, None, logprobs is not None, logprobs,
-                        None, "create_completion")
+                        None, "create_completion", started_at)
     header = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": _model_name(target, model),
               "system_fingerprint": system_fingerprint(target), "object": "text_completion"}
     vocab = _Tokens(target)

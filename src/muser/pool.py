@@ -125,11 +125,21 @@ class Slot:
         rest. The shortened context is rebuilt in the pool's staging session and
         swapped in only when complete. Returns the new ``n_past``.
 
+        ``n_keep`` is bounded as generation's ``context_shift`` bounds it: at
+        most ``max_context // 2``, so that a shift of a full context frees at
+        least ``muser.limits.MIN_SHIFT_FREED_FRACTION`` of it (a larger
+        ``n_keep`` would free a position or two per shift and re-prefill the
+        whole context for every token).
+
         Raises:
-            ValueError: ``n_keep`` larger than ``n_past``. The slot is unchanged on any failure.
+            ValueError: ``n_keep`` negative, above ``max_context // 2`` or above
+                ``n_past``. The slot is unchanged on any failure.
         """
         self._check_leased()
-        n_keep = limits.check_int("n_keep", n_keep, 0, self.n_past)
+        n_keep = limits.check_n_keep(n_keep, self.max_context, context_shift=True)
+        n_past = self.n_past
+        if n_keep > n_past:
+            raise ValueError(f"n_keep must be at most the slot's n_past = {n_past}, got {n_keep}")
         n_past = self._pool._core.context_shift(self.index, n_keep, self._cancel)
         log.info("slot %d: context shift (kept %d tokens at the start), now %d tokens", self.index, n_keep, n_past)
         return n_past

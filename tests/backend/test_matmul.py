@@ -158,15 +158,18 @@ def test_the_scalar_table_never_repacks_weights():
 def test_a_packed_weight_gives_the_scalar_reference_bit_for_bit(qtype, isa, n_out, blocks):
     """The interleaved layouts replay the reference's float steps per block
     (tensor/reference_kernels.cpp), so every element equals the scalar table's,
-    for any number of rows, any tail of a 16-row group, rows longer than one
-    32-block pass of the kernel (65 blocks) and any thread count."""
+    for any number of rows (every tile of activation rows), any tail of a
+    16-row group, rows longer than one 32-block pass of the kernel (65
+    blocks) and any thread count."""
     rng = np.random.default_rng(n_out * 7 + id_of(qtype) + blocks)
     n_in = input_size(qtype, blocks)
     raw = random_matrix(qtype, n_in, n_out, rng)
-    x = (rng.standard_normal((6, n_in)) * rng.uniform(0.01, 100, size=(6, 1))).astype(np.float32)
+    # Up to 19 rows: every activation-row tile size of the kernels (1..8)
+    # and tiles after full ones.
+    x = (rng.standard_normal((19, n_in)) * rng.uniform(0.01, 100, size=(19, 1))).astype(np.float32)
     reference = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa="scalar")
     for threads in (1, 2, 3):
-        for rows in (1, 4, 6):
+        for rows in (1, 4, 6, 8, 13, 19):
             packed = t.matmul(id_of(qtype), raw, n_in, n_out, x[:rows], threads=threads, isa=isa, packed=True)
             assert np.array_equal(packed, reference[:rows]), (threads, rows)
 

@@ -51,10 +51,29 @@ constexpr uint32_t kActivationFormats = 4;
 // output rows in multiples of this).
 constexpr size_t kPackedRows = 16;
 
+// What a packed tile reads beside each Q8_0 / Q8_1 activation block, worked
+// out once per activation row when the row is quantized for a packed job
+// (MatmulJob::quantize_rows) rather than by every tile and block of weight
+// groups that meets the row: at 16 threads a tile may hold a single group,
+// and recomputing the sums then cost more than the dot products. The nb
+// entries follow the row's blocks at byte offset
+//   align_up(nb * sizeof(block), kPackedActExtraAlign)
+// and the row's stride (act_row_bytes) covers them.
+struct PackedActExtra {
+  float d;  // the block's fp16 d as float32 (exact)
+  union {
+    int32_t sum;  // Q8_0 blocks: the sum of the 32 quants
+    float s;      // Q8_1 blocks: the block's fp16 s as float32
+  };
+};
+static_assert(sizeof(PackedActExtra) == 8, "two 4-byte fields");
+constexpr size_t kPackedActExtraAlign = 8;
+
 // A packed tile: like TileFn, but the weights are in the table's packed
 // layout for the type, `packed` points at the group that holds the tile's
 // first weight row (a multiple of kPackedRows), and n_w_rows results are
-// written per activation row. Same contract as TileFn.
+// written per activation row. Q8_0 / Q8_1 activation rows carry their
+// PackedActExtra entries (above). Same contract as TileFn.
 using PackedTileFn = void (*)(size_t n, const uint8_t* packed, size_t n_w_rows, const uint8_t* act,
                               size_t act_row_bytes, size_t n_act_rows, float* y, size_t y_stride);
 

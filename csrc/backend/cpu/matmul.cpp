@@ -5,9 +5,12 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "tensor/dtype.h"
+#include "tensor/half_float.h"
+#include "tensor/quant_blocks.h"
 #include "tensor/reference_kernels.h"
 
 namespace muser::cpu {
@@ -84,14 +87,51 @@ MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t 
     job.packed_tile = pack->kernel().tile;
     job.packed = pack->data();
     job.packed_group_bytes = pack->group_bytes();
+    if (format == ActivationFormat::Q8_0 || format == ActivationFormat::Q8_1) {
+      // The rows carry their blocks' PackedActExtra (kernel_set.h).
+      const size_t n_blocks = job.n_in / 32;
+      job.act_extra_at = (job.act_row_bytes + kPackedActExtraAlign - 1) / kPackedActExtraAlign * kPackedActExtraAlign;
+      job.act_row_bytes = job.act_extra_at + n_blocks * sizeof(PackedActExtra);
+      job.format |= kPackedActFlag;
+    }
   }
   return job;
 }
 
+namespace {
+
+// The PackedActExtra entries of one quantized Q8_0 / Q8_1 row.
+template <typename Block>
+void fill_packed_act_extras(const uint8_t* row, size_t n_blocks, PackedActExtra* extra) {
+  const Block* blocks = reinterpret_cast<const Block*>(row);
+  for (size_t b = 0; b < n_blocks; ++b) {
+    extra[b].d = fp16_to_fp32(blocks[b].d);
+    if constexpr (std::is_same_v<Block, BlockQ8_1>) {
+      extra[b].s = fp16_to_fp32(blocks[b].s);
+    } else {
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) sum += blocks[b].qs[j];
+      extra[b].sum = sum;
+    }
+  }
+}
+
+}  // namespace
+
 void MatmulJob::quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const {
   // Each activation row is quantized once, independently of the others, so
   // its bytes do not depend on n_rows or on the threads.
-  for (size_t r = first; r < last; ++r) quantize(x + r * n_in, act + r * act_row_bytes, n_in);
+  for (size_t r = first; r < last; ++r) {
+    uint8_t* row = act + r * act_row_bytes;
+    quantize(x + r * n_in, row, n_in);
+    if (act_extra_at == 0) continue;
+    PackedActExtra* extra = reinterpret_cast<PackedActExtra*>(row + act_extra_at);
+    if ((format & ~kPackedActFlag) == static_cast<uint32_t>(ActivationFormat::Q8_1)) {
+      fill_packed_act_extras<BlockQ8_1>(row, n_in / 32, extra);
+    } else {
+      fill_packed_act_extras<BlockQ8_0>(row, n_in / 32, extra);
+    }
+  }
 }
 
 void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const {

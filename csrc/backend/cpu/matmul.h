@@ -42,11 +42,16 @@ void dequantize_rows(const TensorInfo& w, const int32_t* row_ids, size_t n, floa
 struct MatmulJob {
   TileFn tile = nullptr;
   QuantizeFn quantize = nullptr;
-  ActivationFormatId format = 0;  // activation format of the weight type
+  // Activation format of the weight type, plus kPackedActFlag when the rows
+  // also carry the packed tile's PackedActExtra (kernel_set.h): jobs share
+  // quantized rows only when these are equal.
+  ActivationFormatId format = 0;
+  static constexpr ActivationFormatId kPackedActFlag = 0x100;
   size_t n_in = 0, n_out = 0;
   const uint8_t* w = nullptr;
   size_t w_row_bytes = 0;
-  size_t act_row_bytes = 0;
+  size_t act_row_bytes = 0;   // the stride of quantized rows (blocks, then any extras)
+  size_t act_extra_at = 0;    // where a row's PackedActExtra entries start; 0: none
   size_t chunk = 0;     // output rows per tile task
   size_t n_chunks = 0;  // tile tasks
   // Set when the weight is read from its pack (packed_weights.h): group g of

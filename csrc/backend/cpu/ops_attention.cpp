@@ -1,7 +1,6 @@
 #include "backend/cpu/ops_attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 namespace muser::cpu {
@@ -38,22 +37,10 @@ void attend_block(const KvPlanes& kv, const AttentionKv& head, const AttentionQu
     p = end;
   }
 
-  // Softmax of each query over its own positions, ascending.
+  // Softmax of each query over its own positions.
   for (size_t b = 0; b < n_queries; ++b) {
     const AttentionQuery& query = queries[b];
-    float* scores = scratch + b * span + (query.first - lowest);
-    const size_t n = query.last - query.first + 1;
-    float max_score = -std::numeric_limits<float>::infinity();
-    for (size_t i = 0; i < n; ++i) max_score = scores[i] > max_score ? scores[i] : max_score;
-    float sum = 0.0f;
-    for (size_t i = 0; i < n; ++i) {
-      scores[i] = std::exp(scores[i] - max_score);
-      sum += scores[i];
-    }
-    // Fold the normalization into the weights so the weighted sum needs no
-    // second pass over the output.
-    const float inv_sum = 1.0f / sum;
-    for (size_t i = 0; i < n; ++i) scores[i] *= inv_sum;
+    ops.softmax(scratch + b * span + (query.first - lowest), query.last - query.first + 1);
     std::fill(query.out, query.out + head.head_dim_v, 0.0f);
   }
 

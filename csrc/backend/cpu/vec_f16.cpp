@@ -1,5 +1,8 @@
 #include "backend/cpu/vec_f16.h"
 
+#include <cmath>
+#include <limits>
+
 #include "backend/cpu/kernel_set.h"
 #include "tensor/half_float.h"
 
@@ -56,11 +59,32 @@ void axpy_rows_scalar(float* y, const float* w, const uint16_t* v, size_t stride
   }
 }
 
+void softmax_scalar(float* x, size_t n) {
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) max_score = x[i] > max_score ? x[i] : max_score;
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_score);
+    sum += x[i];
+  }
+  // One division, then products: the weights' scale costs no division per element.
+  const float inv_sum = 1.0f / sum;
+  for (size_t i = 0; i < n; ++i) x[i] *= inv_sum;
+}
+
 }  // namespace
 
+std::vector<const F16VecOps*> supported_f16_vec_ops() {
+  std::vector<const F16VecOps*> tables{&scalar_f16_vec_ops()};
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  if (isa_supported(Isa::Avx2)) tables.push_back(&avx2_f16_vec_ops());
+#endif
+  return tables;
+}
+
 const F16VecOps& scalar_f16_vec_ops() {
-  static const F16VecOps ops{"scalar",   to_f32_scalar, to_f16_scalar,  dot_scalar,
-                              axpy_scalar, dot_rows_scalar, axpy_rows_scalar};
+  static const F16VecOps ops{"scalar",    to_f32_scalar,   to_f16_scalar,    dot_scalar,
+                             axpy_scalar, dot_rows_scalar, axpy_rows_scalar, softmax_scalar};
   return ops;
 }
 

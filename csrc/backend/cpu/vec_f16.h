@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace muser::cpu {
 
@@ -27,9 +28,14 @@ struct F16VecOps {
   // axpy(y, w[r], f32(v + r * stride), n) for r = 0, 1, ..., rows - 1 in
   // turn, bitwise, with y held in registers across the rows.
   void (*axpy_rows)(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n);
+  // x = softmax(x) in place: exp(x[i] - max) / sum, the sum in an order
+  // fixed by n (and the instruction set). NaN stays NaN.
+  void (*softmax)(float* x, size_t n);
 };
 
 const F16VecOps& scalar_f16_vec_ops();
+// Every table this CPU runs, slowest first (tests compare them).
+std::vector<const F16VecOps*> supported_f16_vec_ops();
 // The fastest table this CPU runs, decided once per process.
 const F16VecOps& f16_vec_ops();
 

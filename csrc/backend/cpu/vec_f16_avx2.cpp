@@ -2,6 +2,8 @@
 // f16_vec_ops() after the CPU check.
 #include <immintrin.h>
 
+#include <limits>
+
 #include "backend/cpu/vec_f16.h"
 #include "tensor/half_float.h"
 
@@ -160,11 +162,79 @@ void axpy_rows_avx2(float* y, const float* w, const uint16_t* v, size_t stride, 
   }
 }
 
+// exp(x) for x <= 0 (softmax arguments), eight at a time: x = k ln2 + r with
+// |r| <= ln2 / 2 (ln2 split in two so k ln2 is exact), e^r by a degree-7
+// polynomial (Cephes' expf coefficients, error about 1 ulp), times 2^k
+// built in the exponent bits. Below -87.3 the result would be subnormal:
+// it is 0 (a weight of e^-87 relative to the row's largest changes nothing).
+// Each lane's value depends only on that lane's x.
+inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  return _mm256_blendv_ps(_mm256_andnot_ps(tiny, e), x, nan);
+}
+
+// The lanes of `mask` set for elements i..i+7 below n.
+inline __m256i tail_mask(size_t left) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), lane);
+}
+
+// softmax_scalar's steps, eight elements at a time; element i is always in
+// lane i % 8, and the lanes' sums are added as dot_avx2 adds its lanes.
+void softmax_avx2(float* x, size_t n) {
+  if (n == 0) return;
+  const size_t full = n / 8 * 8;
+  const __m256i tail = tail_mask(n - full);
+  __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  // max_ps(v, m) keeps m when v is NaN: NaN never becomes the maximum.
+  for (size_t i = 0; i < full; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(x + i), mv);
+  if (full < n) {
+    const __m256 v = _mm256_blendv_ps(mv, _mm256_maskload_ps(x + full, tail), _mm256_castsi256_ps(tail));
+    mv = _mm256_max_ps(v, mv);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  float max_score = lanes[0];
+  for (int j = 1; j < 8; ++j) max_score = lanes[j] > max_score ? lanes[j] : max_score;
+  const __m256 m = _mm256_set1_ps(max_score);
+  __m256 sum = _mm256_setzero_ps();
+  for (size_t i = 0; i < full; i += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    _mm256_storeu_ps(x + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (full < n) {
+    const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + full, tail), m)),
+                                   _mm256_castsi256_ps(tail));
+    _mm256_maskstore_ps(x + full, tail, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  _mm256_store_ps(lanes, sum);
+  const float total = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+  const __m256 inv = _mm256_set1_ps(1.0f / total);
+  for (size_t i = 0; i < full; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  if (full < n) _mm256_maskstore_ps(x + full, tail, _mm256_mul_ps(_mm256_maskload_ps(x + full, tail), inv));
+}
+
 }  // namespace
 
 const F16VecOps& avx2_f16_vec_ops() {
   static const F16VecOps ops{"avx2",    to_f32_avx2,   to_f16_avx2,   dot_avx2,
-                             axpy_avx2, dot_rows_avx2, axpy_rows_avx2};
+                             axpy_avx2, dot_rows_avx2, axpy_rows_avx2, softmax_avx2};
   return ops;
 }
 
