@@ -493,9 +493,58 @@ void bind_testing_thread_pool(nb::module_& m) {
 
 }  // namespace
 
+namespace {
+
+const cpu::F16VecOps& f16_table(const std::string& name) {
+  if (name == "scalar") return cpu::scalar_f16_vec_ops();
+  if (name == "best") return cpu::f16_vec_ops();
+  throw InvalidArgument(format_where("testing", "f16 table must be 'scalar' or 'best', got '" + name + "'"));
+}
+
+void bind_testing_attention(nb::module_& m) {
+  m.def(
+      "f16_rows",
+      [](const std::string& table, const Floats1D& q, const U16s1D& rows_bits, size_t stride, size_t rows,
+         float scale, const Floats1D& weights) {
+        const cpu::F16VecOps& ops = f16_table(table);
+        const size_t n = q.shape(0);
+        if (n == 0 || rows == 0 || stride < n || rows_bits.shape(0) < (rows - 1) * stride + n ||
+            weights.shape(0) < rows) {
+          throw InvalidArgument(format_where(
+              "testing", "f16_rows needs n >= 1, rows >= 1, stride >= n, (rows - 1) * stride + n row "
+                         "elements and `rows` weights"));
+        }
+        OwnedArray<float> fused_scores(rows), composed_scores(rows), fused_sum(n), composed_sum(n);
+        {
+          nb::gil_scoped_release release;
+          const uint16_t* bits = rows_bits.data();
+          std::vector<float> row(n);
+          std::fill(fused_sum.data, fused_sum.data + n, 0.0f);
+          std::fill(composed_sum.data, composed_sum.data + n, 0.0f);
+          ops.dot_rows(q.data(), bits, stride, rows, n, scale, fused_scores.data);
+          ops.axpy_rows(fused_sum.data, weights.data(), bits, stride, rows, n);
+          for (size_t r = 0; r < rows; ++r) {
+            ops.to_f32(bits + r * stride, row.data(), n);
+            composed_scores.data[r] = ops.dot(q.data(), row.data(), n) * scale;
+            ops.axpy(composed_sum.data, weights.data()[r], row.data(), n);
+          }
+        }
+        return nb::make_tuple(fused_scores.release_to_numpy({rows}), composed_scores.release_to_numpy({rows}),
+                              fused_sum.release_to_numpy({n}), composed_sum.release_to_numpy({n}));
+      },
+      nb::arg("table"), nb::arg("q"), nb::arg("rows_bits"), nb::arg("stride"), nb::arg("rows"), nb::arg("scale"),
+      nb::arg("weights"),
+      "Attention's f16 row primitives of the `table` ('scalar' or 'best') on `rows` rows of n = len(q) "
+      "binary16 values, `stride` apart: (dot_rows scores, the same from to_f32 + dot, axpy_rows sum of "
+      "weights[r] * row r from zero, the same from to_f32 + axpy).");
+}
+
+}  // namespace
+
 void init_testing(nb::module_& m) {
   nb::module_ testing = m.def_submodule("_testing", "Internals for muser's own tests and benchmarks.");
   bind_testing_kernels(testing);
+  bind_testing_attention(testing);
   bind_testing_thread_pool(testing);
   bind_testing_cuda(testing);
   bind_testing_tokenizer(testing);

@@ -19,6 +19,10 @@ struct WeightDesc {
   uint32_t n_dims = 1;         // 1: vector (norm, bias, RoPE divisors), 2: matrix
   const uint8_t* data = nullptr;  // host bytes (the mapping); valid for the engine's life
   size_t n_bytes = 0;
+  // Read only through row lookups (an embedding table with its own output
+  // matrix beside it): no graph multiplies by it, so a backend need not
+  // prepare it for products.
+  bool lookup_only = false;
 };
 
 class WeightTable {
@@ -36,6 +40,7 @@ class WeightTable {
     weights_.push_back(w);
     return static_cast<uint32_t>(weights_.size() - 1);
   }
+  void mark_lookup_only(uint32_t i) { weights_[i].lookup_only = true; }
   const WeightDesc& operator[](uint32_t i) const { return weights_[i]; }
   size_t size() const { return weights_.size(); }
 

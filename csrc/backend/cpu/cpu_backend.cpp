@@ -62,6 +62,23 @@ std::vector<float> to_floats(const WeightDesc& w) {
 // Matrices up to this size are repacked at load (see load_weights).
 constexpr uint64_t kMaxPackedBytes = uint64_t{64} << 20;
 
+// Types whose plain row kernels are bound by unpacking, not by memory, even
+// on a table read once per step: 4- and 5-bit blocks, whose row kernel
+// reaches ~12 GB/s per core on the 16-core Xeon against ~50 for the packed
+// one. Their tables are packed whatever their size.
+bool packs_at_any_size(DType type) {
+  switch (type) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(std::shared_ptr<ThreadPool> pool)
@@ -88,14 +105,21 @@ void CpuBackend::load_weights(const WeightTable& weights) {
   }
   // Interleaved copies of the matrices whose best kernels want them
   // (packed_weights.h), made once here; the rest stay zero-copy views. A
-  // matrix over kMaxPackedBytes is left as it is: only a vocabulary table is
-  // that large, and it meets just the few rows that need logits (or an
-  // embedding lookup), streaming from memory at the same speed in either
-  // layout, so packing it would only cost load time and memory (gemma3's
-  // 262k-token table is 180 MB of Q8_0).
+  // matrix over kMaxPackedBytes (only a vocabulary table is that large) is
+  // packed only when its type's plain kernel cannot keep up with memory
+  // (packs_at_any_size): llama-1b's 148 MB Q4_0 table is read ~4x faster
+  // per core packed. Q8_0 gains less (one row against a 128k-row table:
+  // ~20 vs ~12 GB/s on the 2-core EPYC) and packing gemma3's 262k-token
+  // 180 MB Q8_0 table took its load from 0.31 to 0.6-0.8 s there (budget
+  // 0.5 s: half of it the kernel zeroing the new pages), so it stays. The pack replaces the file's pages (released after
+  // packing), so resident memory does not grow by the table. An embedding
+  // table that is only looked up (the model has a separate output matrix)
+  // is never packed: no product reads it.
   std::vector<const TensorInfo*> matrices;
-  for (const TensorInfo& t : weights_.matrices) {
-    if (t.n_dims == 2 && t.data != nullptr && t.n_bytes <= kMaxPackedBytes) matrices.push_back(&t);
+  for (uint32_t i = 0; i < weights.size(); ++i) {
+    const TensorInfo& t = weights_.matrices[i];
+    if (t.n_dims != 2 || t.data == nullptr || weights[i].lookup_only) continue;
+    if (t.n_bytes <= kMaxPackedBytes || packs_at_any_size(t.type)) matrices.push_back(&t);
   }
   weights_.packed = PackedWeights(matrices, kernel_set(best_isa()), *pool_, SourcePages::ReleaseMapped);
 }
@@ -169,8 +193,26 @@ void CpuBackend::prepare_step(const Plan& plan, const StepGraph& graph, const St
     }
     const Op& op = graph.ops[stage.ops[0]];
     const size_t group = op.p.n_head / op.p.n_head_kv;
-    // Whole GQA groups per task when there are enough tasks to go round.
-    heads_per_task_[s] = blocks_.size() * op.p.n_head_kv >= 2 * threads ? group : 1;
+    // Query heads per task: a divisor d of the GQA group. The heads of a
+    // task share each key and value row as it is read; split heads read it
+    // again each. A task costs about one read of its KV head plus one pass
+    // per query head (taken as equal: at long context both stream the f16
+    // cache), and the stage lasts its rounds of tasks over the threads, so
+    // d minimizes rounds(d) * (1 + d), the larger d on a tie (smollm2's
+    // 9 heads / 3 groups, one decode row: d = 3 at 2 or 4 threads, d = 1
+    // at 16; a prefill's many blocks: the whole group).
+    size_t best_heads = 1;
+    size_t best_cost = ~size_t{0};
+    for (size_t d = 1; d <= group; ++d) {
+      if (group % d != 0) continue;
+      const size_t tasks = blocks_.size() * (op.p.n_head / d);
+      const size_t cost = (tasks + threads - 1) / threads * (1 + d);
+      if (cost <= best_cost) {
+        best_cost = cost;
+        best_heads = d;
+      }
+    }
+    heads_per_task_[s] = best_heads;
     stage_tasks_[s] = blocks_.size() * (op.p.n_head / heads_per_task_[s]);
     head_dim_k = std::max(head_dim_k, op.p.head_dim_k);
     head_dim_v = std::max(head_dim_v, op.p.head_dim_v);
@@ -242,7 +284,13 @@ void CpuBackend::run_region(const Plan& plan, const StepGraph& graph, const Step
     }
     StageCounter& c = counters_[s];
     const size_t total = stage_tasks_[s];
-    for (;;) {
+    // A thread counts its completed tasks and publishes them once, when the
+    // stage has no task left to claim: one write to `done` per thread and
+    // stage instead of one per task (decode's matmul stages have ~4 small
+    // tasks per thread). A thread that finds every task claimed already
+    // leaves without writing to the counters.
+    size_t completed = 0;
+    while (c.claim.load(std::memory_order_relaxed) < total) {
       const size_t task = c.claim.fetch_add(1, std::memory_order_acq_rel);
       if (task >= total) break;
       if (!failed_.load(std::memory_order_relaxed)) {
@@ -255,8 +303,9 @@ void CpuBackend::run_region(const Plan& plan, const StepGraph& graph, const Step
           if (failed_.compare_exchange_strong(expected, true)) error_ = std::current_exception();
         }
       }
-      c.done.fetch_add(1, std::memory_order_acq_rel);
+      ++completed;
     }
+    if (completed != 0) c.done.fetch_add(completed, std::memory_order_acq_rel);
   }
 }
 

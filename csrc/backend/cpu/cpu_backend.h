@@ -43,9 +43,12 @@ class CpuBackend final : public Backend {
   static constexpr size_t kPlanCacheSize = 32;
 
  private:
-  struct alignas(64) StageCounter {
-    std::atomic<size_t> claim{0};
-    std::atomic<size_t> done{0};
+  // Claims and completions on separate cache lines: the threads waiting on
+  // `done` re-read it in a loop, and each claim would otherwise take the
+  // line away from all of them.
+  struct StageCounter {
+    alignas(64) std::atomic<size_t> claim{0};
+    alignas(64) std::atomic<size_t> done{0};
   };
 
   const Plan& plan_for(const StepGraph& graph);

@@ -20,18 +20,21 @@ void attend_block(const KvPlanes& kv, const AttentionKv& head, const AttentionQu
   const size_t span = highest - lowest + 1;
   // scores of query b for position p live at scratch[b * span + (p - lowest)].
 
-  // Each query's scores over runs of keys adjacent in memory (the values
-  // do not depend on how positions are grouped into runs or on the order
-  // of the queries).
-  for (size_t b = 0; b < n_queries; ++b) {
-    const AttentionQuery& query = queries[b];
-    float* scores = scratch + b * span + (query.first - lowest);
-    for (size_t p = query.first; p <= query.last;) {
-      const size_t n = kv.run(p, query.last + 1 - p);
-      ops.dot_rows(query.q, kv.k(p) + head.k_offset, kv.k_stride(), n, head.head_dim_k, head.scale,
-                   scores + (p - query.first));
-      p += n;
+  // Runs of keys adjacent in memory (one KV page), each run for every query
+  // while it is in L1. A query's scores do not depend on how its positions
+  // are grouped into runs or on the other queries.
+  for (size_t p = lowest; p <= highest;) {
+    const size_t end = p + kv.run(p, highest + 1 - p);
+    const uint16_t* keys = kv.k(p) + head.k_offset;
+    for (size_t b = 0; b < n_queries; ++b) {
+      const AttentionQuery& query = queries[b];
+      const size_t from = std::max(p, query.first);
+      const size_t to = std::min(end, query.last + 1);
+      if (from >= to) continue;
+      ops.dot_rows(query.q, keys + (from - p) * kv.k_stride(), kv.k_stride(), to - from, head.head_dim_k,
+                   head.scale, scratch + b * span + (from - lowest));
     }
+    p = end;
   }
 
   // Softmax of each query over its own positions.
@@ -41,16 +44,19 @@ void attend_block(const KvPlanes& kv, const AttentionKv& head, const AttentionQu
     std::fill(query.out, query.out + head.head_dim_v, 0.0f);
   }
 
-  // Weighted values, positions ascending for each output element.
-  for (size_t b = 0; b < n_queries; ++b) {
-    const AttentionQuery& query = queries[b];
-    const float* weights = scratch + b * span + (query.first - lowest);
-    for (size_t p = query.first; p <= query.last;) {
-      const size_t n = kv.run(p, query.last + 1 - p);
-      ops.axpy_rows(query.out, weights + (p - query.first), kv.v(p) + head.v_offset, kv.v_stride(), n,
-                    head.head_dim_v);
-      p += n;
+  // Weighted values, positions ascending for each output element, run by run.
+  for (size_t p = lowest; p <= highest;) {
+    const size_t end = p + kv.run(p, highest + 1 - p);
+    const uint16_t* values = kv.v(p) + head.v_offset;
+    for (size_t b = 0; b < n_queries; ++b) {
+      const AttentionQuery& query = queries[b];
+      const size_t from = std::max(p, query.first);
+      const size_t to = std::min(end, query.last + 1);
+      if (from >= to) continue;
+      ops.axpy_rows(query.out, scratch + b * span + (from - lowest), values + (from - p) * kv.v_stride(),
+                    kv.v_stride(), to - from, head.head_dim_v);
     }
+    p = end;
   }
 }
 

@@ -107,7 +107,12 @@ HeadWeights bind_head(WeightBinder& b, const HParams& hp) {
   if (b.has("rope_freqs.weight")) h.rope_divisors = b.vector("rope_freqs.weight", hp.n_rot / 2);
   h.token_embd = b.matrix("token_embd.weight", hp.n_embd, hp.n_vocab);
   h.output_norm = b.vector("output_norm.weight", hp.n_embd);
-  h.output = b.has("output.weight") ? b.matrix("output.weight", hp.n_embd, hp.n_vocab) : h.token_embd;
+  if (b.has("output.weight")) {
+    h.output = b.matrix("output.weight", hp.n_embd, hp.n_vocab);
+    b.lookup_only(h.token_embd);  // embed_tokens only looks rows up
+  } else {
+    h.output = h.token_embd;  // tied: the output product reads it too
+  }
   return h;
 }
 

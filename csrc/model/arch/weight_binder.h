@@ -23,6 +23,8 @@ class WeightBinder {
   uint32_t vector(const std::string& name, uint64_t n);
   // vector() when the file has the tensor, kNoWeight otherwise.
   uint32_t optional_vector(const std::string& name, uint64_t n);
+  // Marks a bound matrix as read only by row lookups (WeightDesc::lookup_only).
+  void lookup_only(uint32_t index) { table_.mark_lookup_only(index); }
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
 
   static std::string layer(uint32_t il, const char* what) { return "blk." + std::to_string(il) + "." + what; }
