@@ -2,6 +2,8 @@
 // (src/llama-vocab.cpp, llm_tokenizer_bpe), stored as data.
 #include "tokenizer/pre_tokenizer.h"
 
+#include <algorithm>
+
 #include "tokenizer/unicode_text.h"
 
 namespace muser::pretok {
@@ -298,6 +300,10 @@ std::vector<std::string> known_pre_tokenizer_names() {
   return names;
 }
 
+// How many code points the decoding and collapsing passes go between two
+// reports to EncodeControl (a power of two).
+constexpr size_t kDecodeReportEvery = 4096;
+
 PreTokenizer::PreTokenizer(const std::vector<const char*>& patterns) {
   regexes_.reserve(patterns.size());
   for (const char* p : patterns) regexes_.emplace_back(p);
@@ -322,6 +328,9 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
     const size_t before = offset;
     const uint32_t cp = unicode::decode_one(text, offset);
     s.code_points.push_back(cp);
+    // Decoding a 16 Mi-character text takes tens of milliseconds before the
+    // first match: it reports its work too, so a cancel is seen meanwhile.
+    if ((s.code_points.size() & (kDecodeReportEvery - 1)) == 0) control.work(kDecodeReportEvery);
     if (same_as_text) {
       const size_t canonical = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
       if (offset - before == canonical) {
@@ -359,7 +368,11 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
     if (re.view() == SymbolView::Collapsed) {
       if (!have_collapsed) {
         s.collapsed.resize(n);
-        unicode::collapse(s.code_points.data(), n, s.collapsed.data());
+        for (size_t i = 0; i < n; i += kDecodeReportEvery) {
+          const size_t count = std::min(kDecodeReportEvery, n - i);
+          unicode::collapse(s.code_points.data() + i, count, s.collapsed.data() + i);
+          control.work(count);
+        }
         have_collapsed = true;
       }
       symbols = &s.collapsed;
