@@ -125,9 +125,15 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out, Bpe
     if (word_length == 0) continue;
     control.work(word_length);
     const std::string_view word(clean.data() + word_begin, word_length);
+    if (!memo.worth_consulting()) {
+      encode_bpe_word(clean, word_begin, word_end, out, scratch, control);
+      continue;
+    }
     size_t first = 0, count = 0;
     uint64_t hash = 0;
-    if (memo.find(word, first, count, hash)) {
+    const bool hit = memo.find(word, first, count, hash);
+    memo.record(hit);
+    if (hit) {
       append_earlier_ids(out, first, count);
       continue;
     }

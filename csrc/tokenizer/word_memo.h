@@ -38,6 +38,27 @@ class WordMemo {
     keys_.reserve(text_bytes);
   }
 
+  // Whether the next word should be looked up at all. Text whose words
+  // never repeat (random Unicode: every lookup a miss, a cache miss each,
+  // and a copy of every word into the arena) skips the memo for a while
+  // when the last kWindow lookups found less than one in kMinHitShare,
+  // then tries again; real text keeps it. Skipping only costs encoding
+  // words again, so ids are unchanged.
+  bool worth_consulting() {
+    if (skip_ > 0) {
+      --skip_;
+      return false;
+    }
+    return true;
+  }
+  // Records the outcome of a lookup made after worth_consulting().
+  void record(bool hit) {
+    hits_ += hit ? 1 : 0;
+    if (++lookups_ < kWindow) return;
+    if (hits_ * kMinHitShare < lookups_) skip_ = kSkip;
+    lookups_ = hits_ = 0;
+  }
+
   // The output range [first, first + count) that `word` was encoded to, or
   // false when it is not remembered.
   // `hash` receives the word's hash, for a store() of the same word.
@@ -85,9 +106,14 @@ class WordMemo {
     uint32_t length = kEmpty;
   };
 
+  static constexpr uint32_t kWindow = 4096;
+  static constexpr uint32_t kMinHitShare = 16;
+  static constexpr uint32_t kSkip = 4 * kWindow;
+
   std::vector<Slot> slots_;
   size_t mask_ = 0;
   std::string keys_;
+  uint32_t lookups_ = 0, hits_ = 0, skip_ = 0;
 };
 
 }  // namespace muser
