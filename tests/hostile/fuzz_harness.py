@@ -396,10 +396,13 @@ def fuzz(target: str, seconds: float, seed: int = 0, save: bool = True) -> FuzzR
         state_dir = Path(state)
         command = [sys.executable, "-m", "tests.hostile.fuzz_harness", "--child", "--target", target,
                    "--seconds", str(seconds), "--seed", str(seed), "--state-dir", state]
-        # The child imports the same muser this process did: the installed
+        # The child imports the same muser this process can: the installed
         # package in CI, the source tree with a dev build locally.
-        import muser
-        package_root = Path(muser.__file__).resolve().parent.parent
+        try:
+            import muser
+            package_root = Path(muser.__file__).resolve().parent.parent
+        except ImportError:  # run from a source checkout without PYTHONPATH=src
+            package_root = REPO / "src"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(package_root), str(REPO),
                                                            os.environ.get("PYTHONPATH", "")]))
         # Startup and shrinking get their own allowance; a case that never

@@ -649,12 +649,14 @@ def _infer_type(schema: dict[str, Any]) -> str:
 
 def _merge(a: Any, b: Any) -> dict[str, Any]:
     """The schema of values valid under both `a` and `b` (simple cases: object-like parts)."""
+    # False first: merging a false part into {} must not hand `false` on as
+    # the merged schema (the next part would then be merged into a bool).
+    if a is False or b is False:
+        raise GrammarError("allOf contains false: no value is valid")
     if a is True or a == {}:
         return dict(b) if isinstance(b, dict) else b
     if b is True or b == {}:
-        return dict(a)
-    if a is False or b is False:
-        raise GrammarError("allOf contains false: no value is valid")
+        return dict(a) if isinstance(a, dict) else a
     if not isinstance(a, dict) or not isinstance(b, dict):
         raise GrammarError("allOf parts must be schemas (objects or booleans)")
     out = dict(a)
