@@ -22,6 +22,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/vec_f16.h"
 #include "bindings/bindings.h"
+#include "bindings/host_arrays.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "tensor/dtype.h"
@@ -35,12 +36,6 @@ namespace {
 
 // ---------------------------------------------------------------------------
 // CPU kernels and thread pool (branch `kernels`).
-
-using Bytes1D = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Floats1D = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Floats2D = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-using U16s1D = nb::ndarray<const uint16_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using U16s2D = nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
 // Heap buffer aligned for any SIMD load, returned to NumPy without a copy.
 template <typename T>

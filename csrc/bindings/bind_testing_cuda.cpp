@@ -14,6 +14,7 @@
 
 #include "backend/cuda_testing.h"
 #include "bindings/bindings.h"
+#include "bindings/host_arrays.h"
 #include "core/error.h"
 #include "tensor/dtype.h"
 
@@ -22,10 +23,6 @@ namespace nb = nanobind;
 namespace muser::bindings {
 namespace {
 
-using Bytes1D = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Floats1D = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Floats2D = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-using U16s2D = nb::ndarray<const uint16_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
 template <typename T>
 nb::ndarray<nb::numpy, T> to_numpy(std::vector<T>&& v, std::initializer_list<size_t> shape) {
