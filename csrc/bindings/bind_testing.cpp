@@ -136,6 +136,12 @@ void bind_testing_kernels(nb::module_& m) {
       "Instruction sets whose CPU kernels this machine runs, slowest first.");
   m.def("best_isa", [] { return std::string(cpu::isa_name(cpu::best_isa())); },
         "The instruction set matmul uses by default on this machine.");
+  m.def("gemv_streams", [] { return cpu::gemv_streams(); },
+        "Weight groups the packed decode-sized kernels read side by side on this machine.");
+  m.def("set_gemv_streams", [](size_t streams) { return cpu::set_gemv_streams(streams); }, nb::arg("streams"),
+        "Sets gemv_streams() for the whole process (1..4; 0 restores this CPU's default) and returns the "
+        "previous value. Engines plan their chunks when a step shape is first seen, so set it before loading "
+        "one. Results never depend on it.");
 
   m.def(
       "dequantize",

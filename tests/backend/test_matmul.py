@@ -174,6 +174,47 @@ def test_a_packed_weight_gives_the_scalar_reference_bit_for_bit(qtype, isa, n_ou
             assert np.array_equal(packed, reference[:rows]), (threads, rows)
 
 
+@pytest.fixture
+def gemv_streams():
+    """Restores the process-wide stream count a test sets."""
+    yield t.set_gemv_streams
+    t.set_gemv_streams(0)
+
+
+@pytest.mark.skipif(not PACKED_CASES, reason="no kernel table on this CPU repacks weights")
+@pytest.mark.parametrize("qtype,isa", PACKED_CASES, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("streams", [1, 2, 3, 4])
+def test_decode_sized_packed_calls_give_the_reference_bits_for_any_stream_count(qtype, isa, streams, gemv_streams):
+    """One to four activation rows read 1-4 weight groups side by side
+    (kernel_set.h, gemv_streams): every element stays the scalar reference's,
+    for runs of groups cut short by the end of a chunk or of the tensor,
+    partial last groups, and the chunking of 1-3 threads."""
+    rng = np.random.default_rng(streams * 31 + id_of(qtype))
+    n_in = input_size(qtype, 9)
+    x = (rng.standard_normal((4, n_in)) * rng.uniform(0.01, 100, size=(4, 1))).astype(np.float32)
+    for n_out in (16, 40, 64, 100, 130, 257):
+        raw = random_matrix(qtype, n_in, n_out, rng)
+        reference = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa="scalar")
+        gemv_streams(streams)
+        assert t.gemv_streams() == streams
+        for threads in (1, 2, 3):
+            for rows in (1, 2, 3, 4):
+                packed = t.matmul(id_of(qtype), raw, n_in, n_out, x[:rows], threads=threads, isa=isa, packed=True)
+                assert np.array_equal(packed, reference[:rows]), (n_out, threads, rows)
+        gemv_streams(0)
+
+
+def test_the_stream_count_is_checked_and_restorable(gemv_streams):
+    default = t.gemv_streams()
+    assert 1 <= default <= 4
+    assert gemv_streams(3) == default
+    assert gemv_streams(0) == 3
+    assert t.gemv_streams() == default
+    with pytest.raises(ValueError, match="gemv streams"):
+        gemv_streams(5)
+    assert t.gemv_streams() == default
+
+
 @pytest.mark.skipif(not PACKED_CASES, reason="no kernel table on this CPU repacks weights")
 def test_a_packed_prefill_batch_equals_its_rows_alone():
     rng = np.random.default_rng(77)

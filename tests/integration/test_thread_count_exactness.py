@@ -49,3 +49,25 @@ def test_logits_are_bitwise_the_same_at_every_thread_count(tiny_model, arch, wei
         got = _run(path, threads)
         for i, (a, b) in enumerate(zip(expected, got)):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"threads={threads}, output {i}"
+
+
+@pytest.mark.parametrize("weight_type", ["Q4_0", "Q4_1", "Q8_0", "Q4_K"])
+def test_logits_do_not_depend_on_the_decode_stream_count(tiny_model, weight_type):
+    """Decode-sized matmuls on packed weights read 1-4 weight groups side by
+    side (muser._core._testing.gemv_streams; the default depends on the
+    CPU's vendor) and cut their tasks to match: every count gives the same
+    bits, at any thread count."""
+    from muser._core import _testing as t
+
+    path = tiny_model("llama", weight_type, n_ff=640 if weight_type == "Q4_K" else 320,
+                      n_head=8, n_head_kv=2, context_length=256)
+    try:
+        t.set_gemv_streams(1)
+        expected = _run(path, 2)
+        for streams, threads in ((2, 3), (3, 2), (4, 1), (4, 5)):
+            t.set_gemv_streams(streams)
+            got = _run(path, threads)
+            for i, (a, b) in enumerate(zip(expected, got)):
+                assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"streams={streams}, output {i}"
+    finally:
+        t.set_gemv_streams(0)

@@ -5,6 +5,7 @@
 // through the tables returned here after the CPU said it runs them.
 // Detection runs once (function-local statics); the tables are constant
 // data, so nothing here changes after first use.
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -86,7 +87,45 @@ const CpuFeatures& features() {
   return detected;
 }
 
+bool is_intel() {
+#if MUSER_X86_DISPATCH
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  char vendor[13];
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  vendor[12] = '\0';
+  return std::strcmp(vendor, "GenuineIntel") == 0;
+#else
+  return false;
+#endif
+}
+
+size_t default_gemv_streams() {
+  static const size_t streams = is_intel() ? kMaxGemvStreams : 1;
+  return streams;
+}
+
+std::atomic<size_t> gemv_streams_override{0};
+
 }  // namespace
+
+size_t gemv_streams() {
+  const size_t forced = gemv_streams_override.load(std::memory_order_relaxed);
+  return forced != 0 ? forced : default_gemv_streams();
+}
+
+size_t set_gemv_streams(size_t streams) {
+  if (streams > kMaxGemvStreams) {
+    throw InvalidArgument(format_where("cpu", "gemv streams must be 0 (the default) to " +
+                                                  std::to_string(kMaxGemvStreams) + ", got " +
+                                                  std::to_string(streams)));
+  }
+  const size_t previous = gemv_streams();
+  gemv_streams_override.store(streams, std::memory_order_relaxed);
+  return previous;
+}
 
 const char* isa_name(Isa isa) {
   switch (isa) {

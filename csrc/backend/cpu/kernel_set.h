@@ -51,6 +51,26 @@ constexpr uint32_t kActivationFormats = 4;
 // output rows in multiples of this).
 constexpr size_t kPackedRows = 16;
 
+// Decode-sized calls: at most this many activation rows. The packed tiles
+// read several weight groups side by side for them (one memory stream per
+// group; x86_kernels_512_packed_gemv.inc says why), and matmul cuts such
+// calls into chunks of whole runs of gemv_streams() groups.
+constexpr size_t kGemvMaxRows = 4;
+constexpr size_t kMaxGemvStreams = 4;
+
+// Groups read side by side, 1..kMaxGemvStreams, chosen once for this CPU:
+// 4 on Intel, 1 elsewhere. Intel's L2 streamer runs at most ~20 lines ahead
+// of one stream and stops at 4 KB pages, so one stream cannot fill a core's
+// outstanding misses (one Xeon core read packed Q4_0 at 7.8 GB/s, about
+// 20 lines per memory latency); four streams are expected to (not yet
+// measured there). On the AMD EPYC guest one stream read a 148 MB pack
+// ~30% faster than four. Results never depend on it.
+size_t gemv_streams();
+// Overrides gemv_streams() for the whole process (tests and benchmarks
+// compare the choices; 0 restores the CPU's default) and returns the
+// previous value. Not to be called while matmuls run.
+size_t set_gemv_streams(size_t streams);
+
 // What a packed tile reads beside each Q8_0 / Q8_1 activation block, worked
 // out once per activation row when the row is quantized for a packed job
 // (MatmulJob::quantize_rows) rather than by every tile and block of weight

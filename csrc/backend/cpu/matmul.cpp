@@ -98,6 +98,13 @@ MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t 
   return job;
 }
 
+void MatmulJob::fit_chunks_to_decode(size_t n_rows) {
+  if (packed_tile == nullptr || n_rows > kGemvMaxRows) return;
+  const size_t run = kPackedRows * gemv_streams();
+  chunk = (chunk + run - 1) / run * run;
+  n_chunks = (n_out + chunk - 1) / chunk;
+}
+
 namespace {
 
 // The PackedActExtra entries of one quantized Q8_0 / Q8_1 row.
@@ -159,8 +166,9 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
 }
 
 void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
-  run_matmul(MatmulJob::plan(w.source(), w.kernels(), static_cast<size_t>(pool.size()), &w), x, n_rows, y,
-             pool);
+  MatmulJob job = MatmulJob::plan(w.source(), w.kernels(), static_cast<size_t>(pool.size()), &w);
+  job.fit_chunks_to_decode(n_rows);
+  run_matmul(job, x, n_rows, y, pool);
 }
 
 namespace {

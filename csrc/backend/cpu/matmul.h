@@ -65,6 +65,10 @@ struct MatmulJob {
   // ignored) the tiles read the pack.
   static MatmulJob plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
                         const PackedWeight* pack = nullptr);
+  // For a job that will only see calls of at most kGemvMaxRows rows on a
+  // pack: chunks of whole runs of gemv_streams() groups, so each task reads
+  // that many streams side by side (kernel_set.h). No change otherwise.
+  void fit_chunks_to_decode(size_t n_rows);
   // act row r = quantized x row r, for r in [first, last).
   void quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const;
   // y[:, chunk c] for all n_rows rows of act.
