@@ -58,3 +58,24 @@ def test_late_waking_workers_never_run_a_task_twice_or_skip_one():
     pool = t.ThreadPoolProbe(8)
     for n_tasks in [2, 3, 5, 9, 17] * 400:
         assert pool.run_counts(n_tasks) == [1] * n_tasks
+
+
+def _cpu_seconds_while_sleeping(seconds: float) -> float:
+    import time
+
+    started = time.process_time()
+    time.sleep(seconds)
+    return time.process_time() - started
+
+
+def test_an_idle_pool_stops_polling_after_a_burst_of_jobs():
+    # Jobs back to back make the workers poll between jobs for up to about a
+    # millisecond (thread_pool.cpp, kMaxWorkerSpin); once no job comes they
+    # must sleep: a pool left idle uses no CPU. Process CPU time, so a busy
+    # machine does not make this flaky; the bound is 50x the polling budget.
+    pool = t.ThreadPoolProbe(4)
+    for _ in range(2000):
+        pool.run_counts(8)
+    assert _cpu_seconds_while_sleeping(0.4) < 0.05
+    # and it still runs jobs afterwards
+    assert pool.run_counts(10) == [1] * 10
