@@ -124,3 +124,38 @@ def test_softmax_of_an_element_depends_only_on_its_value_the_max_and_the_length(
 def test_softmax_keeps_nan_visible(isa):
     got = t.f16_vec_softmax(isa, np.array([0.0, np.nan, 1.0], np.float32))
     assert np.isnan(got).any()
+
+
+@pytest.mark.skipif(not {"avx2", "avx512"} <= set(ISAS), reason="needs the AVX2 and AVX-512 tables")
+@pytest.mark.parametrize("dim", DIMS + [192, 200, 256, 264])
+def test_the_avx512_weighted_sums_are_the_avx2_bits(dim):
+    """vec_f16_avx512.cpp keeps axpy / axpy_rows bitwise the AVX2 table's
+    (the same fused multiply-add per element and row, the same scalar tail),
+    for 128-column blocks of 16-lane chains, 64-column blocks and tails; only
+    its dot products have their own reduction order."""
+    rng = np.random.default_rng(300 + dim)
+    for n_rows in ROW_COUNTS:
+        y = rng.standard_normal(dim).astype(np.float32)
+        w = rng.random(n_rows).astype(np.float32)
+        values = f16_rows(rng, n_rows, dim)
+        for composed in (False, True):
+            avx2 = t.f16_vec_axpy_rows("avx2", y, w, values, composed)
+            avx512 = t.f16_vec_axpy_rows("avx512", y, w, values, composed)
+            np.testing.assert_array_equal(avx512.view(np.uint32), avx2.view(np.uint32))
+
+
+@pytest.mark.skipif("avx512" not in ISAS, reason="needs the AVX-512 table")
+def test_sixteen_row_runs_reduce_like_single_rows():
+    # dot_rows sums sixteen rows' lanes in one transposed pass (sum16); each
+    # row must still get the single-row reduction: the same key in every
+    # place of a 16-row run, among rows of very different magnitudes.
+    rng = np.random.default_rng(9)
+    for dim in (16, 64, 80, 128):
+        q = rng.standard_normal(dim).astype(np.float32)
+        key = f16_rows(rng, 1, dim)
+        alone = t.f16_vec_dot_rows("avx512", q, key, 0.5, False)[0]
+        for at in range(16):
+            keys = (rng.standard_normal((32, dim)) * 1e3).astype(np.float16).view(np.uint16)
+            keys[at] = key[0]
+            got = t.f16_vec_dot_rows("avx512", q, keys, 0.5, False)
+            assert got[at].view(np.uint32) == alone.view(np.uint32), (dim, at)

@@ -9,8 +9,10 @@
 namespace muser::cpu {
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-// Defined in vec_f16_avx2.cpp (compiled with AVX2/FMA/F16C).
+// Defined in vec_f16_avx2.cpp (compiled with AVX2/FMA/F16C) and
+// vec_f16_avx512.cpp (AVX-512 F/BW/VL/DQ).
 const F16VecOps& avx2_f16_vec_ops();
+const F16VecOps& avx512_f16_vec_ops();
 #endif
 
 namespace {
@@ -78,6 +80,7 @@ std::vector<const F16VecOps*> supported_f16_vec_ops() {
   std::vector<const F16VecOps*> tables{&scalar_f16_vec_ops()};
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
   if (isa_supported(Isa::Avx2)) tables.push_back(&avx2_f16_vec_ops());
+  if (isa_supported(Isa::Avx512)) tables.push_back(&avx512_f16_vec_ops());
 #endif
   return tables;
 }
@@ -90,8 +93,11 @@ const F16VecOps& scalar_f16_vec_ops() {
 
 const F16VecOps& f16_vec_ops() {
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-  // The one CPU probe (isa.cpp): its AVX2 level includes FMA and F16C.
-  static const F16VecOps& best = isa_supported(Isa::Avx2) ? avx2_f16_vec_ops() : scalar_f16_vec_ops();
+  // The one CPU probe (isa.cpp): its AVX2 level includes FMA and F16C, its
+  // AVX-512 level F/BW/VL/DQ.
+  static const F16VecOps& best = isa_supported(Isa::Avx512) ? avx512_f16_vec_ops()
+                                 : isa_supported(Isa::Avx2) ? avx2_f16_vec_ops()
+                                                            : scalar_f16_vec_ops();
   return best;
 #else
   return scalar_f16_vec_ops();

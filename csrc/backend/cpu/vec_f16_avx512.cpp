@@ -1,0 +1,199 @@
+// AVX-512 (F + the 256-bit F16C / FMA it implies) versions of vec_f16.h:
+// sixteen lanes per instruction where the AVX2 table has eight. Reached only
+// through f16_vec_ops() after the CPU check.
+//
+// Bits: to_f32 / to_f16 / axpy / axpy_rows give exactly the AVX2 table's
+// results (exact conversions; the same fused multiply-add per element and
+// row, in row order, and the same scalar tails). dot / dot_rows keep their
+// own fixed reduction (four 16-lane accumulators, then the 16 lanes in a
+// fixed tree), so scores differ from the AVX2 table's in the last bits, as
+// the exactness contract allows between instruction sets; within this table
+// dot_rows equals to_f32 then dot bit for bit, for any run of rows. The
+// softmax is the AVX2 table's.
+#include <immintrin.h>
+
+#include "backend/cpu/vec_f16.h"
+#include "tensor/half_float.h"
+
+namespace muser::cpu {
+
+const F16VecOps& avx2_f16_vec_ops();
+
+namespace {
+
+inline __mmask16 first_lanes(size_t count) { return static_cast<__mmask16>((1u << count) - 1); }
+
+void to_f32_avx512(const uint16_t* x, float* y, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+  }
+  for (; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
+void to_f16_avx512(const float* x, uint16_t* y, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), h);
+  }
+  for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+// Sixteen float lanes of dot's sum, before the lanes are combined: four
+// accumulators over 64-element steps, then 16-element steps into the first,
+// then the last n % 16 elements, masked, into the first (masked-off lanes
+// add 0 * 0). Load is float (dot) or f16 converted in registers (dot_rows):
+// the same values, so the same bits.
+template <typename Load>
+inline __m512 dot_lanes(const float* q, size_t n, Load load) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load(i, 0xffff), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), load(i + 16, 0xffff), a1);
+    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 32), load(i + 32, 0xffff), a2);
+    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 48), load(i + 48, 0xffff), a3);
+  }
+  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load(i, 0xffff), a0);
+  if (i < n) {
+    const __mmask16 tail = first_lanes(n - i);
+    a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + i), load(i, tail), a0);
+  }
+  return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+}
+
+// The lanes l0..l15 of one row in the fixed tree
+//   s1[j] = l[j] + l[j + 8], s2[j] = s1[j] + s1[j + 4], s3[j] = s2[j] + s2[j + 2], s3[0] + s3[1]
+// (sum16 below does the same additions for sixteen rows at once).
+inline float sum_lanes(__m512 v) {
+  const __m256 s1 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1));
+  const __m128 s3 = _mm_add_ps(s2, _mm_movehl_ps(s2, s2));
+  return _mm_cvtss_f32(_mm_add_ss(s3, _mm_movehdup_ps(s3)));
+}
+
+// sum_lanes of sixteen rows' lanes, one row per output lane (row r in lane r).
+inline __m512 sum16(const __m512* rows) {
+  // s1 of rows 2p, 2p + 1: [row 2p's 8 | row 2p+1's 8]
+  __m512 p[8];
+  for (int k = 0; k < 8; ++k) {
+    p[k] = _mm512_add_ps(_mm512_shuffle_f32x4(rows[2 * k], rows[2 * k + 1], 0x44),
+                         _mm512_shuffle_f32x4(rows[2 * k], rows[2 * k + 1], 0xee));
+  }
+  // s2 of rows 4m..4m+3, one row per 128-bit lane
+  __m512 q[4];
+  for (int m = 0; m < 4; ++m) {
+    q[m] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * m], p[2 * m + 1], 0x88),
+                         _mm512_shuffle_f32x4(p[2 * m], p[2 * m + 1], 0xdd));
+  }
+  // s3: 128-bit lane k holds [row k of a | row k of b] for (a, b) = (q0, q1) and (q2, q3)
+  const __m512 r0 = _mm512_add_ps(_mm512_shuffle_ps(q[0], q[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(q[0], q[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 r1 = _mm512_add_ps(_mm512_shuffle_ps(q[2], q[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(q[2], q[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // 128-bit lane k: rows k, 4 + k, 8 + k, 12 + k
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(r0, r1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_ps(r0, r1, _MM_SHUFFLE(3, 1, 3, 1)));
+  // row r = 4m + k sits at 4k + m
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, sums);
+}
+
+float dot_avx512(const float* x, const float* y, size_t n) {
+  return sum_lanes(dot_lanes(x, n, [y](size_t i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, y + i); }));
+}
+
+inline __m512 load_f16(const uint16_t* k, size_t i, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, k + i));
+}
+
+void dot_rows_avx512(const float* q, const uint16_t* k, size_t stride, size_t rows, size_t n, float scale,
+                     float* scores) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  size_t r = 0;
+  for (; r + 16 <= rows; r += 16, k += 16 * stride) {
+    __m512 lanes[16];
+    for (int j = 0; j < 16; ++j) {
+      const uint16_t* row = k + j * stride;
+      lanes[j] = dot_lanes(q, n, [row](size_t i, __mmask16 m) { return load_f16(row, i, m); });
+    }
+    _mm512_storeu_ps(scores + r, _mm512_mul_ps(sum16(lanes), vscale));
+  }
+  for (; r < rows; ++r, k += stride) {
+    scores[r] = sum_lanes(dot_lanes(q, n, [k](size_t i, __mmask16 m) { return load_f16(k, i, m); })) * scale;
+  }
+}
+
+inline __m256 load_f16x8(const uint16_t* x) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+
+// The AVX2 table's axpy, bit for bit: one fused multiply-add per element
+// while eight or more remain, then its unfused scalar tail.
+void axpy_avx512(float* y, float a, const float* x, size_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  }
+  if (i + 8 <= n) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm512_castps512_ps256(av), _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    i += 8;
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// axpy_avx512 row after row, y held in registers across the rows: 128
+// columns as eight 16-lane chains, then 64 columns as eight 8-lane chains
+// (each column is one chain of fused multiply-adds, row after row, so its
+// latency bounds a row: eight chains of 16 lanes keep two FMA ports busy
+// where a 64-column head has only four; for those the 8-lane form is as
+// fast and does not pay for 512-bit conversions on CPUs that split them),
+// then the AVX2 table's 8-column steps and scalar tail. Bits: axpy_rows_avx2's.
+void axpy_rows_avx512(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n) {
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    __m512 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm512_loadu_ps(y + i + 16 * c);
+    const uint16_t* row = v + i;
+    for (size_t r = 0; r < rows; ++r, row += stride) {
+      const __m512 a = _mm512_set1_ps(w[r]);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(a, load_f16(row, 16 * c, 0xffff), acc[c]);
+    }
+    for (int c = 0; c < 8; ++c) _mm512_storeu_ps(y + i + 16 * c, acc[c]);
+  }
+  for (; i + 64 <= n; i += 64) {
+    __m256 acc[8];
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_loadu_ps(y + i + 8 * c);
+    const uint16_t* row = v + i;
+    for (size_t r = 0; r < rows; ++r, row += stride) {
+      const __m256 a = _mm256_set1_ps(w[r]);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(a, load_f16x8(row + 8 * c), acc[c]);
+    }
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(y + i + 8 * c, acc[c]);
+  }
+  for (; i + 8 <= n; i += 8) {
+    __m256 acc = _mm256_loadu_ps(y + i);
+    const uint16_t* row = v + i;
+    for (size_t r = 0; r < rows; ++r, row += stride) acc = _mm256_fmadd_ps(_mm256_set1_ps(w[r]), load_f16x8(row), acc);
+    _mm256_storeu_ps(y + i, acc);
+  }
+  for (; i < n; ++i) {
+    for (size_t r = 0; r < rows; ++r) {
+      const float value = fp16_to_fp32(v[r * stride + i]);
+      y[i] += w[r] * value;
+    }
+  }
+}
+
+}  // namespace
+
+const F16VecOps& avx512_f16_vec_ops() {
+  static const F16VecOps ops{"avx512",    to_f32_avx512,   to_f16_avx512,    dot_avx512,
+                             axpy_avx512, dot_rows_avx512, axpy_rows_avx512, avx2_f16_vec_ops().softmax};
+  return ops;
+}
+
+}  // namespace muser::cpu
