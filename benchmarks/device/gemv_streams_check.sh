@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One device call (under 10 minutes) that settles what issue 11's decode work left to measure on
+# the device host's CPU (16-core Xeon):
+#   1. gemv streams: packed decode kernels reading 1, 2 or 4 weight groups side by side
+#      (kernel_set.h: the default is 4 on Intel, 1 elsewhere, chosen without a Xeon measurement);
+#      kernels at 1 thread, then llama-1b Q4_0 / Q4_K and smollm2 Q4_0 decode at 1, 4, 16 threads;
+#   2. which weight layout llama.cpp picked there (AMX or CPU_REPACK buffers: its one-row Q4_0
+#      kernel differs) and its 1-thread decode, for the per-core ratio.
+#   bash benchmarks/device/gemv_streams_check.sh
+# Run from the repository root, carrying `.device` and $PYLIB as for cpu_full_table.sh (same
+# directories, so a warm machine reuses that script's llama.cpp build and models).
+# Output: $OUT/gemv-streams.txt.
+set -uo pipefail
+root=$(pwd); lib=${PYLIB:-$root/.cudawork/lead/pylib}; d=$root/.device; w=/tmp/wcpu
+out=${OUT:-/tmp/out}; mkdir -p "$out" "$w"; res="$out/gemv-streams.txt"
+start=$(date +%s); el() { echo $(( $(date +%s) - start )); }
+log() { echo "[$(el) s] $*" | tee -a "$res"; }
+
+if [ ! -x "$w/b/bin/llama-bench" ]; then
+  ( cd "$w" && tar xJf "$d/llamacpp-pruned.tar.xz" &&
+    cmake -S llama.cpp -B b -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >b.log 2>&1 &&
+    cmake --build b -j 8 --target llama-bench >>b.log 2>&1; echo "[llama.cpp build rc=$?]" ) &
+fi
+( for s in llama-1b:Q4_0 llama-1b:Q4_K smollm2-135m:Q4_0; do
+    f="$w/${s%%:*}-${s##*:}.gguf"
+    [ -f "$f" ] || python3 "$d/gen_random_gguf.py" "$f" "${s%%:*}" "$lib" "${s##*:}" >/dev/null || echo "gen $s failed"
+  done ) &
+if ! { cmake -S . -B build/cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSER_CUDA=OFF \
+         -DPython_EXECUTABLE="$(command -v python3)" && cmake --build build/cpu -j 8; } >"$out/build-streams.log" 2>&1; then
+  tail -30 "$out/build-streams.log"; log "MUSER BUILD FAILED"; exit 1
+fi
+cp build/cpu/_core*.so src/muser/
+export PYTHONPATH="$root/src:$root/benchmarks:$root:$lib"
+wait; log "ready ($(git rev-parse --short HEAD 2>/dev/null)); $(grep -m1 'model name' /proc/cpuinfo)"
+
+timeout 150 python3 -u benchmarks/bench_gemv_streams.py --types Q4_0,Q4_K --shapes 2048x128256,2048x8192,8192x2048 \
+  --rows 1,4 --rounds 2 --streams 1,2,4 2>&1 | tee -a "$res"
+for m in llama-1b-Q4_0 llama-1b-Q4_K; do
+  [ "$(el)" -lt 400 ] && timeout 150 python3 -u benchmarks/bench_gemv_streams.py --types "" --model "$w/$m.gguf" \
+    --threads 1,4,16 --steps 16 --rounds 2 --streams 1,2,4 2>&1 | tee -a "$res"
+done
+[ "$(el)" -lt 450 ] && timeout 60 python3 -u benchmarks/bench_gemv_streams.py --types "" --model "$w/smollm2-135m-Q4_0.gguf" \
+  --threads 4,16 --steps 48 --rounds 2 --streams 1,4 2>&1 | tee -a "$res"
+
+log "llama.cpp: weight buffers and 1-thread decode"
+for m in llama-1b-Q4_0 llama-1b-Q4_K; do
+  [ "$(el)" -lt 540 ] || break
+  timeout 40 "$w/b/bin/llama-bench" -m "$w/$m.gguf" -t 1 -p 0 -n 16 -r 1 -v >"$out/lb-$m.txt" 2>&1
+  grep -i -E "AMX|REPACK|buffer size|tg16" "$out/lb-$m.txt" | head -8 | sed "s/^/$m: /" | tee -a "$res"
+done
+log "end"
