@@ -1,6 +1,5 @@
 #include "core/thread_pool.h"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -32,20 +31,11 @@
 namespace muser {
 namespace {
 
-// How long an idle thread polls before sleeping on a condition variable.
-// The caller's wait for the last tasks of a job always polls kSpinBudget.
-// Workers poll between jobs for a budget that follows the recent gaps
-// between one job's end and the next one's start: a decode loop calls once
-// per step (the graph executor runs a whole step as one job) and spends
-// 0.1-0.2 ms in Python between steps, longer than kSpinBudget, so every
-// step used to wake every worker through a futex (1.5 voluntary context
-// switches per step at 2 threads on smollm2), and a woken core may first
-// have to leave a sleep state. A gap of g (up to kMaxWorkerSpin) lets the
-// workers poll 2g before the next job; one longer gap puts the budget back
-// to kSpinBudget, so a pool left idle polls at most kMaxWorkerSpin once and
-// then sleeps.
+// How long an idle thread polls before sleeping on a condition variable. A
+// decode step issues ~200 short parallel_for calls back to back; polling for
+// a few tens of microseconds keeps the workers awake between them without
+// burning a core when the pool is idle.
 constexpr std::chrono::microseconds kSpinBudget{50};
-constexpr std::chrono::microseconds kMaxWorkerSpin{1000};
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -55,31 +45,12 @@ inline void cpu_relax() {
 #endif
 }
 
-// Polls `ready` until it holds or `budget` runs out; true if it held.
+// Polls `ready` until it holds or the spin budget runs out; true if it held.
 template <typename Predicate>
-bool spin_until(Predicate ready, std::chrono::nanoseconds budget) {
-  const auto deadline = std::chrono::steady_clock::now() + budget;
+bool spin_until(Predicate ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinBudget;
   for (;;) {
     for (int i = 0; i < 64; ++i) {
-      if (ready()) return true;
-      cpu_relax();
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return ready();
-  }
-}
-
-// A worker between jobs: spin_until for kSpinBudget, then, up to `budget`,
-// polls between yields of the core, so that on a machine with more runnable
-// threads than cores (the 2-core development box) the longer wait hands the
-// core to whoever needs it instead of holding it.
-template <typename Predicate>
-bool wait_between_jobs(Predicate ready, std::chrono::nanoseconds budget) {
-  if (spin_until(ready, std::min<std::chrono::nanoseconds>(budget, kSpinBudget))) return true;
-  if (budget <= kSpinBudget) return false;
-  const auto deadline = std::chrono::steady_clock::now() + (budget - kSpinBudget);
-  for (;;) {
-    std::this_thread::yield();
-    for (int i = 0; i < 16; ++i) {
       if (ready()) return true;
       cpu_relax();
     }
@@ -108,12 +79,6 @@ struct ThreadPool::Impl {
   std::atomic<bool> stopping{false};
 
   std::atomic<uint32_t> job_id{0};          // id of the latest published job
-  // Workers' polling budget between jobs (see kMaxWorkerSpin), set by the
-  // caller when it publishes a job, from the gap since the previous one.
-  std::atomic<int64_t> worker_spin_ns{std::chrono::nanoseconds(kSpinBudget).count()};
-  // When the previous job's caller returned (caller side only: one
-  // parallel_for at a time).
-  std::chrono::steady_clock::time_point last_job_end{};
   std::atomic<uint64_t> claim{kClosed};
   std::atomic<size_t> tasks_done{0};
   // Of the open job. Read before a claim is attempted, so atomic; a value
@@ -163,7 +128,7 @@ struct ThreadPool::Impl {
         return stopping.load(std::memory_order_acquire) ||
                job_id.load(std::memory_order_acquire) != seen;
       };
-      if (!wait_between_jobs(published, std::chrono::nanoseconds(worker_spin_ns.load(std::memory_order_relaxed)))) {
+      if (!spin_until(published)) {
         std::unique_lock<std::mutex> lock(mutex);
         work_ready.wait(lock, published);
       }
@@ -229,15 +194,6 @@ void ThreadPool::parallel_for(size_t n_tasks,
                                                          std::to_string(n_tasks)));
   }
 
-  // Workers finishing this job poll for twice the gap before it (when that
-  // gap was short), so a steady loop of calls finds them awake.
-  const auto started = std::chrono::steady_clock::now();
-  const auto gap = started - s.last_job_end;
-  const std::chrono::nanoseconds spin =
-      gap <= kMaxWorkerSpin / 2 ? std::max<std::chrono::nanoseconds>(2 * gap, kSpinBudget)
-                                : std::chrono::nanoseconds(kSpinBudget);
-  s.worker_spin_ns.store(spin.count(), std::memory_order_relaxed);
-
   // The previous job is complete, so nobody can hold a claim on it; stale
   // claim attempts fail against kClosed or the new job id.
   const uint32_t id = s.job_id.load(std::memory_order_relaxed) + 1;
@@ -257,13 +213,12 @@ void ThreadPool::parallel_for(size_t n_tasks,
   s.run_tasks(id, 0);
 
   const auto all_done = [&] { return s.tasks_done.load(std::memory_order_acquire) == n_tasks; };
-  if (!spin_until(all_done, kSpinBudget)) {
+  if (!spin_until(all_done)) {
     std::unique_lock<std::mutex> lock(s.mutex);
     s.work_done.wait(lock, all_done);
   }
   s.claim.store(Impl::kClosed, std::memory_order_release);
   s.task = nullptr;
-  s.last_job_end = std::chrono::steady_clock::now();
   if (s.error) {
     std::exception_ptr error = std::move(s.error);
     s.error = nullptr;

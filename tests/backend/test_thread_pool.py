@@ -69,10 +69,10 @@ def _cpu_seconds_while_sleeping(seconds: float) -> float:
 
 
 def test_an_idle_pool_stops_polling_after_a_burst_of_jobs():
-    # Jobs back to back make the workers poll between jobs for up to about a
-    # millisecond (thread_pool.cpp, kMaxWorkerSpin); once no job comes they
-    # must sleep: a pool left idle uses no CPU. Process CPU time, so a busy
-    # machine does not make this flaky; the bound is 50x the polling budget.
+    # Workers poll briefly after each job (thread_pool.cpp, kSpinBudget);
+    # once no job comes they must sleep: a pool left idle uses no CPU,
+    # however many jobs just ran. Process CPU time, so a busy machine does
+    # not make this flaky; the bound is far above any bounded poll.
     pool = t.ThreadPoolProbe(4)
     for _ in range(2000):
         pool.run_counts(8)

@@ -20,7 +20,7 @@ def test_an_engine_left_idle_after_decoding_uses_no_cpu(tiny_model):
     session = engine.session(max_context=128)
     session.prefill([5, 6, 7, 8])
     for token in range(9, 60):
-        session.decode(token)  # steps back to back: workers poll between them
+        session.decode(token)  # steps back to back
     # Process CPU time (not wall), so other load on the machine cannot make
     # this fail; a worker still polling would use ~0.4 s per thread here.
     assert _cpu_seconds_while_sleeping(0.4) < 0.05
