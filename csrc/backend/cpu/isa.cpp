@@ -102,6 +102,28 @@ bool is_intel() {
 #endif
 }
 
+// CPUID leaf 1 family, extended family included.
+unsigned cpu_family() {
+#if MUSER_X86_DISPATCH
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return 0;
+  const unsigned base = (eax >> 8) & 0xf;
+  return base == 0xf ? base + ((eax >> 20) & 0xff) : base;
+#else
+  return 0;
+#endif
+}
+
+bool is_amd() {
+#if MUSER_X86_DISPATCH
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;  // "AuthenticAMD"
+#else
+  return false;
+#endif
+}
+
 size_t default_gemv_streams() {
   static const size_t streams = is_intel() ? kMaxGemvStreams : 1;
   return streams;
@@ -110,6 +132,11 @@ size_t default_gemv_streams() {
 std::atomic<size_t> gemv_streams_override{0};
 
 }  // namespace
+
+bool splits_512bit_ops() {
+  static const bool split = is_amd() && cpu_family() == 0x19;
+  return split;
+}
 
 size_t gemv_streams() {
   const size_t forced = gemv_streams_override.load(std::memory_order_relaxed);

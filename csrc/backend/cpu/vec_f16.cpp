@@ -13,6 +13,7 @@ namespace muser::cpu {
 // vec_f16_avx512.cpp (AVX-512 F/BW/VL/DQ).
 const F16VecOps& avx2_f16_vec_ops();
 const F16VecOps& avx512_f16_vec_ops();
+const F16VecOps& avx512_wide_f16_vec_ops();
 #endif
 
 namespace {
@@ -80,7 +81,12 @@ std::vector<const F16VecOps*> supported_f16_vec_ops() {
   std::vector<const F16VecOps*> tables{&scalar_f16_vec_ops()};
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
   if (isa_supported(Isa::Avx2)) tables.push_back(&avx2_f16_vec_ops());
-  if (isa_supported(Isa::Avx512)) tables.push_back(&avx512_f16_vec_ops());
+  if (isa_supported(Isa::Avx512)) {
+    tables.push_back(&avx512_f16_vec_ops());
+    // Where the engine's AVX-512 table borrows AVX2 entries, the 16-lane
+    // ones still get tested.
+    if (splits_512bit_ops()) tables.push_back(&avx512_wide_f16_vec_ops());
+  }
 #endif
   return tables;
 }
