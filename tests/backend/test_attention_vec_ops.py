@@ -136,9 +136,8 @@ def test_the_avx512_weighted_sums_are_the_avx2_bits(isa, dim):
     """vec_f16_avx512.cpp keeps axpy / axpy_rows bitwise the AVX2 table's
     (the same fused multiply-add per element and row, the same scalar tail),
     for 128-column blocks of 16-lane chains, 64-column blocks and tails; only
-    its dot products have their own reduction order. "avx512_wide" is listed
-    where the engine's AVX-512 table borrows the AVX2 axpy_rows (Zen 4), so
-    the 16-lane one is tested there too."""
+    its dot products have their own reduction order. (Tested wherever the
+    CPU runs it, also where the engine prefers the AVX2 table: Zen 4.)"""
     rng = np.random.default_rng(300 + dim)
     for n_rows in ROW_COUNTS:
         y = rng.standard_normal(dim).astype(np.float32)

@@ -73,8 +73,8 @@ size_t set_gemv_streams(size_t streams);
 
 // Whether this CPU runs 512-bit operations as two 256-bit halves (AMD Zen 4,
 // family 19h): there 16-lane code only pays off where it cuts instructions,
-// not where it only widens them. Speed choices between implementations with
-// identical results consult it; results never depend on it.
+// not where it only widens them (f16_vec_ops() keeps the AVX2 attention
+// table on such CPUs).
 bool splits_512bit_ops();
 
 // What a packed tile reads beside each Q8_0 / Q8_1 activation block, worked

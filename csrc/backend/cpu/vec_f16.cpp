@@ -13,7 +13,6 @@ namespace muser::cpu {
 // vec_f16_avx512.cpp (AVX-512 F/BW/VL/DQ).
 const F16VecOps& avx2_f16_vec_ops();
 const F16VecOps& avx512_f16_vec_ops();
-const F16VecOps& avx512_wide_f16_vec_ops();
 #endif
 
 namespace {
@@ -81,12 +80,7 @@ std::vector<const F16VecOps*> supported_f16_vec_ops() {
   std::vector<const F16VecOps*> tables{&scalar_f16_vec_ops()};
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
   if (isa_supported(Isa::Avx2)) tables.push_back(&avx2_f16_vec_ops());
-  if (isa_supported(Isa::Avx512)) {
-    tables.push_back(&avx512_f16_vec_ops());
-    // Where the engine's AVX-512 table borrows AVX2 entries, the 16-lane
-    // ones still get tested.
-    if (splits_512bit_ops()) tables.push_back(&avx512_wide_f16_vec_ops());
-  }
+  if (isa_supported(Isa::Avx512)) tables.push_back(&avx512_f16_vec_ops());
 #endif
   return tables;
 }
@@ -100,10 +94,15 @@ const F16VecOps& scalar_f16_vec_ops() {
 const F16VecOps& f16_vec_ops() {
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
   // The one CPU probe (isa.cpp): its AVX2 level includes FMA and F16C, its
-  // AVX-512 level F/BW/VL/DQ.
-  static const F16VecOps& best = isa_supported(Isa::Avx512) ? avx512_f16_vec_ops()
-                                 : isa_supported(Isa::Avx2) ? avx2_f16_vec_ops()
-                                                            : scalar_f16_vec_ops();
+  // AVX-512 level F/BW/VL/DQ. Where 512-bit operations run as two halves
+  // (Zen 4) the AVX-512 table was slower than the AVX2 one (dot_rows 4-15%
+  // in isolation, a 512-token smollm2 prefill 7-16% on the EPYC guest), so
+  // such CPUs keep the AVX2 table. Either way one machine always uses one
+  // table, so no result depends on threads, batch or splits.
+  static const F16VecOps& best =
+      isa_supported(Isa::Avx512) && !splits_512bit_ops() ? avx512_f16_vec_ops()
+      : isa_supported(Isa::Avx2)                         ? avx2_f16_vec_ops()
+                                                         : scalar_f16_vec_ops();
   return best;
 #else
   return scalar_f16_vec_ops();

@@ -12,7 +12,6 @@
 // softmax is the AVX2 table's.
 #include <immintrin.h>
 
-#include "backend/cpu/kernel_set.h"
 #include "backend/cpu/vec_f16.h"
 #include "tensor/half_float.h"
 
@@ -191,25 +190,9 @@ void axpy_rows_avx512(float* y, const float* w, const uint16_t* v, size_t stride
 
 }  // namespace
 
-// Every entry 16 lanes wide where written so (axpy_rows included).
-const F16VecOps& avx512_wide_f16_vec_ops() {
-  static const F16VecOps ops{"avx512_wide",    to_f32_avx512,   to_f16_avx512,    dot_avx512,
-                             axpy_avx512,      dot_rows_avx512, axpy_rows_avx512, avx2_f16_vec_ops().softmax};
-  return ops;
-}
-
-// The table engines use on AVX-512 CPUs. axpy_rows gives the same bits
-// either way; where 512-bit operations are split in two (Zen 4) its
-// 16-lane chains only add work (gemma3's 256-wide heads: ~40% more samples
-// in axpy_rows during a 512-token prefill on the EPYC guest), so the AVX2
-// one runs there.
 const F16VecOps& avx512_f16_vec_ops() {
-  static const F16VecOps ops = [] {
-    F16VecOps table = avx512_wide_f16_vec_ops();
-    table.isa = "avx512";
-    if (splits_512bit_ops()) table.axpy_rows = avx2_f16_vec_ops().axpy_rows;
-    return table;
-  }();
+  static const F16VecOps ops{"avx512",    to_f32_avx512,   to_f16_avx512,    dot_avx512,
+                             axpy_avx512, dot_rows_avx512, axpy_rows_avx512, avx2_f16_vec_ops().softmax};
   return ops;
 }
 
