@@ -44,9 +44,11 @@ void bind_testing_tokenizer(nb::module_& testing) {
           kind = MergeQueueKind::Heap;
         } else if (queue == "buckets") {
           kind = MergeQueueKind::Buckets;
+        } else if (queue == "runs") {
+          kind = MergeQueueKind::ByteRuns;
         } else if (queue != "auto") {
-          throw InvalidArgument("[testing] tokenizer_encode: queue must be 'auto', 'heap' or 'buckets', got '" +
-                                queue + "'");
+          throw InvalidArgument(
+              "[testing] tokenizer_encode: queue must be 'auto', 'heap', 'buckets' or 'runs', got '" + queue + "'");
         }
         nb::gil_scoped_release release;
         return tok.encode(text, add_special, parse_special, nullptr, kind);
@@ -54,7 +56,17 @@ void bind_testing_tokenizer(nb::module_& testing) {
       nb::arg("tokenizer"), nb::arg("text"), nb::arg("queue"), nb::arg("add_special") = false,
       nb::arg("parse_special") = false,
       "Tokenizer.encode(text) with every word merged through `queue`: 'heap' (the binary heap),\n"
-      "'buckets' (MergeQueue) or 'auto' (what encode does: buckets for long words only).");
+      "'buckets' (MergeQueue) or 'auto' (what encode does: buckets for long words only, the\n"
+      "byte-run shortcut for long runs of one byte where it applies); 'runs' is 'auto' with the\n"
+      "shortcut for runs of every length. 'heap' and 'buckets' never take the shortcut.");
+  testing.def(
+      "tokenizer_byte_run_shortcut",
+      [](const Tokenizer& tok, int byte) {
+        if (byte < 0 || byte > 255) throw InvalidArgument("[testing] tokenizer_byte_run_shortcut: byte outside 0..255");
+        return tok.byte_run_shortcut(static_cast<uint8_t>(byte));
+      },
+      nb::arg("tokenizer"), nb::arg("byte"),
+      "Whether BPE words made of `byte` repeated take the run shortcut (csrc/tokenizer/byte_runs.h).");
   testing.def(
       "merge_queue_pops",
       [](const std::vector<std::pair<int64_t, int32_t>>& operations) {

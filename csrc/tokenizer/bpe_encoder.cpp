@@ -7,8 +7,10 @@
 // llm_tokenizer_bpe, on token ids instead of strings: every merge names known
 // tokens (checked at load), so ids and texts correspond one to one.
 #include <algorithm>
+#include <cstring>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/byte_runs.h"
 #include "tokenizer/merge_queue.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/word_memo.h"
@@ -99,6 +101,7 @@ struct Tokenizer::BpeScratch {
   std::vector<BpeBigram> heap;  // max-heap under BpeBigramOrder
   MergeQueue<BpeBigram> queue;  // long words (see merge_queue.h)
   std::string encoded;
+  std::vector<RunBlock> run_blocks, run_next;  // the run shortcut's encodings
 };
 
 void Tokenizer::encode_bpe_fragments(std::string_view text, const std::vector<TextFragment>& fragments,
@@ -158,6 +161,16 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
       return;
     }
   }
+  // A run of one byte (memcmp of the word with itself shifted by one: every
+  // byte equals the next) merges on its run-length encoding, when the
+  // byte's merges allow it (byte_runs.h).
+  const uint8_t* const bytes = reinterpret_cast<const uint8_t*>(clean.data()) + word_begin;
+  const ByteRunMerges& runs = byte_runs_[bytes[0]];
+  if (runs.level_ordered && control.use_byte_runs(word_length, runs.merges.size()) &&
+      std::memcmp(bytes, bytes + 1, word_length - 1) == 0 &&
+      merge_byte_run(runs, word_length, out, scratch.run_blocks, scratch.run_next)) {
+    return;
+  }
   // Filled in place, field by field: push_back of a temporary made the
   // compiler build each symbol on the stack and copy it with overlapping
   // loads and stores, a store-forwarding stall per byte of every word.
@@ -174,7 +187,6 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
     symbol[i].id = byte_char_token_[static_cast<uint8_t>(clean[word_begin + i])];
   }
   symbol[word_length - 1].next = -1;
-  const uint8_t* const bytes = reinterpret_cast<const uint8_t*>(clean.data()) + word_begin;
   if (control.use_buckets(word_length)) {
     scratch.queue.clear();
     merge_bpe_symbols(symbols, static_cast<int32_t>(word_length), bytes, byte_pair_merges_, merges_, scratch.queue,

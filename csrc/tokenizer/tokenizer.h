@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/cancel_token.h"
+#include "tokenizer/byte_runs.h"
 #include "tokenizer/encode_control.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/special_tokens.h"
@@ -104,6 +105,12 @@ class Tokenizer {
     kAttrUserDefined = 1 << 4, kAttrByte = 1 << 5, kAttrLstrip = 1 << 7, kAttrRstrip = 1 << 8,
   };
 
+  // Byte-level BPE: whether a word made of `byte` repeated is merged by the
+  // run shortcut (byte_runs.h) rather than the general loop (for tests).
+  bool byte_run_shortcut(uint8_t byte) const {
+    return kind_ == TokenizerKind::BytePairEncoding && byte_runs_.size() == 256 && byte_runs_[byte].level_ordered;
+  }
+
   // Whether a token has a U+2581 that follows another character (such a
   // token can span a SentencePiece word boundary; see spm_encoder.cpp).
   static bool token_spans_space(std::string_view token);
@@ -177,6 +184,9 @@ class Tokenizer {
   // went to L2 or memory.
   std::vector<uint64_t> byte_pair_merges_;
   MergeMap merges_;
+  // BPE: per byte, the merges among tokens that are that byte repeated
+  // (for words that are a run of one byte; see byte_runs.h).
+  std::vector<ByteRunMerges> byte_runs_;
   std::unique_ptr<pretok::PreTokenizer> pre_tokenizer_;
   bool ignore_merges_ = false;
   bool clean_spaces_ = false;

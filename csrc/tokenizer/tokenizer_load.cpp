@@ -206,6 +206,7 @@ class TokenizerLoader {
     }
     Tokenizer& tk = t();
     tk.merges_.reserve(merges->count);
+    tk.byte_runs_.assign(256, ByteRunMerges{});
     std::string joined;
     for (uint64_t i = 0; i < merges->count; ++i) {
       const std::string_view m = merges->strings[i];
@@ -225,6 +226,13 @@ class TokenizerLoader {
             "' names a token that is not in tokenizer.ggml.tokens");
       }
       tk.merges_.insert(left_id, right_id, MergeMap::Merge{static_cast<int32_t>(i), result_id});
+      // A merge of two runs of the same byte (kept only if it is the one
+      // the map holds for that pair: the first).
+      const int run_byte = byte_of_run_text(left);
+      if (run_byte >= 0 && byte_of_run_text(right) == run_byte &&
+          tk.merges_.find(left_id, right_id).rank == static_cast<int32_t>(i)) {
+        tk.byte_runs_[run_byte].merges.push_back(ByteRunMerge{static_cast<int32_t>(i), left_id, right_id, result_id});
+      }
     }
   }
 
@@ -524,6 +532,11 @@ class TokenizerLoader {
             tk.byte_pair_merges_[(a << 8 | b) >> 6] |= uint64_t{1} << ((a << 8 | b) & 63);
           }
         }
+      }
+      tk.byte_runs_.resize(256);
+      for (int b = 0; b < 256; ++b) {
+        tk.byte_runs_[b].byte_token = tk.byte_char_token_[b];
+        finish_byte_run_merges(tk.byte_runs_[b]);
       }
       tk.byte_char_fallback_.assign(256, {});
       for (int b = 0; b < 256; ++b) {
