@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "tokenizer/merge_queue.h"
 #include "tokenizer/regex_matcher.h"
+#include "tokenizer/thread_scratch.h"
 #include "tokenizer/unicode_text.h"
 #include "tokenizer/tokenizer.h"
 
@@ -59,6 +60,12 @@ void bind_testing_tokenizer(nb::module_& testing) {
       "'buckets' (MergeQueue) or 'auto' (what encode does: buckets for long words only, the\n"
       "byte-run shortcut for long runs of one byte where it applies); 'runs' is 'auto' with the\n"
       "shortcut for runs of every length. 'heap' and 'buckets' never take the shortcut.");
+  testing.def(
+      "tokenizer_kept_scratch_bytes",
+      [] { return std::make_pair(Tokenizer::kept_scratch_bytes(), kept_id_buffer_bytes()); },
+      "(BPE work buffers, ids buffer): bytes the calling thread keeps between Tokenizer.encode calls.");
+  testing.def("tokenizer_kept_scratch_limit", [] { return kKeptScratchBytes; },
+              "The most bytes of each kind the calling thread keeps between encode calls.");
   testing.def(
       "tokenizer_byte_run_shortcut",
       [](const Tokenizer& tok, int byte) {

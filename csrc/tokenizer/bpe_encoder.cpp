@@ -8,10 +8,12 @@
 // tokens (checked at load), so ids and texts correspond one to one.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/byte_runs.h"
 #include "tokenizer/merge_queue.h"
+#include "tokenizer/thread_scratch.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/word_memo.h"
 
@@ -93,6 +95,8 @@ void merge_bpe_symbols(std::vector<BpeSymbol>& symbols, int32_t count, const uin
 
 }  // namespace
 
+// A BPE encode call's work buffers, kept by its thread between calls
+// (thread_scratch.h); every user clears what it uses first.
 struct Tokenizer::BpeScratch {
   pretok::PreTokenizerScratch pre;
   std::string clean;
@@ -102,19 +106,33 @@ struct Tokenizer::BpeScratch {
   MergeQueue<BpeBigram> queue;  // long words (see merge_queue.h)
   std::string encoded;
   std::vector<RunBlock> run_blocks, run_next;  // the run shortcut's encodings
+  WordMemo memo;
+
+  size_t capacity_bytes() const {
+    return pre.capacity_bytes() + clean.capacity() + words.capacity() * sizeof(words[0]) +
+           symbols.capacity() * sizeof(BpeSymbol) + heap.capacity() * sizeof(BpeBigram) + queue.capacity_bytes() +
+           encoded.capacity() + (run_blocks.capacity() + run_next.capacity()) * sizeof(RunBlock) +
+           memo.capacity_bytes();
+  }
 };
+
+namespace {
+thread_local std::unique_ptr<Tokenizer::BpeScratch> kept_bpe_scratch;
+}  // namespace
+
+size_t Tokenizer::kept_scratch_bytes() { return kept_bpe_scratch ? kept_bpe_scratch->capacity_bytes() : 0; }
 
 void Tokenizer::encode_bpe_fragments(std::string_view text, const std::vector<TextFragment>& fragments,
                                      std::vector<int32_t>& out, EncodeControl& control) const {
-  BpeScratch scratch;
+  const ScratchLease<BpeScratch> scratch(kept_bpe_scratch, kKeptScratchBytes);
   // Word bytes -> where its ids already are in `out`, across the fragments:
   // real text repeats words constantly, and a word's ids depend on nothing else.
-  WordMemo memo(text.size());
+  scratch->memo.reset(text.size());
   for (const TextFragment& f : fragments) {
     if (f.token >= 0) {
       out.push_back(f.token);
     } else {
-      encode_bpe(text.substr(f.offset, f.length), out, scratch, memo, control);
+      encode_bpe(text.substr(f.offset, f.length), out, *scratch, scratch->memo, control);
     }
   }
 }

@@ -35,12 +35,19 @@ std::vector<std::string> known_pre_tokenizer_names();
 
 struct PreTokenizerScratch {
   std::vector<uint32_t> code_points;
-  std::vector<uint32_t> byte_offset;  // per code point, into the clean text; +1 sentinel
   std::vector<uint32_t> collapsed;
   std::vector<uint32_t> wide;
   std::vector<std::pair<uint32_t, uint32_t>> pieces;
   std::vector<std::pair<uint32_t, uint32_t>> next_pieces;
   RegexScratch regex;
+
+  // Bytes of memory held (for the per-thread scratch bound).
+  size_t capacity_bytes() const {
+    return (code_points.capacity() + collapsed.capacity() + wide.capacity()) *
+               sizeof(uint32_t) +
+           (pieces.capacity() + next_pieces.capacity()) * sizeof(std::pair<uint32_t, uint32_t>) +
+           regex.stack.capacity() * sizeof(RegexScratch::Frame);
+  }
 };
 
 class PreTokenizer {

@@ -56,6 +56,10 @@ class Tokenizer {
   // is for tests (every kind gives the same ids).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
                               const CancelToken* cancel = nullptr, MergeQueueKind queue = MergeQueueKind::Auto) const;
+  // The same into `out` (cleared first), so a caller can keep its memory
+  // between calls.
+  void encode_into(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t>& out,
+                   const CancelToken* cancel = nullptr, MergeQueueKind queue = MergeQueueKind::Auto) const;
 
   // Bytes of the text for `ids`, as llama.cpp's llama_detokenize: with
   // remove_special a leading BOS / trailing EOS are dropped (when the
@@ -110,6 +114,10 @@ class Tokenizer {
   bool byte_run_shortcut(uint8_t byte) const {
     return kind_ == TokenizerKind::BytePairEncoding && byte_runs_.size() == 256 && byte_runs_[byte].level_ordered;
   }
+
+  // Bytes of BPE work buffers the calling thread keeps for its next encode
+  // call (at most kKeptScratchBytes; see thread_scratch.h). For tests.
+  static size_t kept_scratch_bytes();
 
   // Whether a token has a U+2581 that follows another character (such a
   // token can span a SentencePiece word boundary; see spm_encoder.cpp).

@@ -8,10 +8,14 @@
 // So: open addressing over a fixed number of slots sized from the text (at
 // most kMaxSlots), a lookup probes at most kProbes slots, and a word that
 // finds them all taken replaces the first; forgetting a word costs only
-// encoding it again. Keys are copied into one arena (no allocation per word).
-// Not thread-safe; one per encode call.
+// encoding it again. Keys are copied into one arena (no allocation per word)
+// of at most 1 MiB; when it is full the memo starts over.
+// Keys are not reserved up front: text whose words repeat stores few, and
+// text whose words never repeat soon stops storing (worth_consulting()).
+// Not thread-safe; one per encode call at a time.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,15 +32,22 @@ class WordMemo {
   // and hashing and copying them would cost more than it saves).
   static constexpr size_t kMaxWordBytes = 64;
 
-  explicit WordMemo(size_t text_bytes) {
+  WordMemo() = default;
+  explicit WordMemo(size_t text_bytes) { reset(text_bytes); }
+
+  // Forgets every word and sizes the table for a text of `text_bytes`,
+  // keeping the memory it already has (a memo kept between encode calls).
+  void reset(size_t text_bytes) {
     size_t slots = 256;
     while (slots < text_bytes / 4 && slots < kMaxSlots) slots <<= 1;
     slots_.assign(slots, Slot{});
     mask_ = slots - 1;
-    // The keys never exceed the text; reserving (touching nothing) saves
-    // regrowing and copying them when every word is new.
-    keys_.reserve(text_bytes);
+    keys_.clear();
+    lookups_ = hits_ = skip_ = 0;
   }
+
+  // Bytes of memory held (for the per-thread scratch bound).
+  size_t capacity_bytes() const { return slots_.capacity() * sizeof(Slot) + keys_.capacity(); }
 
   // Whether the next word should be looked up at all. Text whose words
   // never repeat (random Unicode: every lookup a miss, a cache miss each,
@@ -88,6 +99,13 @@ class WordMemo {
         break;
       }
     }
+    if (keys_.size() + word.size() > kMaxKeyBytes) {
+      // The arena keeps the keys of replaced slots too: past its cap the
+      // memo starts over rather than grow with the text.
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      keys_.clear();
+      target = h & mask_;
+    }
     const size_t key = keys_.size();
     keys_.append(word.data(), word.size());
     slots_[target] = Slot{h, key, first, static_cast<uint32_t>(count), static_cast<uint32_t>(word.size())};
@@ -96,6 +114,7 @@ class WordMemo {
  private:
   static constexpr size_t kMaxSlots = size_t{1} << 14;
   static constexpr size_t kProbes = 4;
+  static constexpr size_t kMaxKeyBytes = size_t{1} << 20;
   static constexpr uint32_t kEmpty = UINT32_MAX;
 
   struct Slot {
