@@ -54,14 +54,15 @@ using BpeSymbol = Tokenizer::BpeSymbol;
 // queue: both pop candidates in (rank, left) order, so the merges and the
 // tokens are the same.
 //
-// `bytes` are the word's bytes (one per initial symbol) and `byte_pairs` the
-// bitmap of byte pairs whose characters' tokens have a merge: the initial
-// pairs are looked up there first (it fits in L1), the merge map only for
-// pairs it marks.
+// `bytes` are the word's bytes (one per initial symbol); `byte_pairs` is the
+// bitmap of byte pairs whose characters' tokens have a merge and
+// `byte_pair_merge` that merge: the initial pairs are looked up there (the
+// bitmap fits in L1, the table in L2), never in the merge map, whose
+// lookups on random text went to memory.
 template <typename Queue>
 void merge_bpe_symbols(std::vector<BpeSymbol>& symbols, int32_t count, const uint8_t* bytes,
-                       const std::vector<uint64_t>& byte_pairs, const MergeMap& merges, Queue&& queue,
-                       EncodeControl& control) {
+                       const std::vector<uint64_t>& byte_pairs, const MergeMap::Merge* byte_pair_merge,
+                       const MergeMap& merges, Queue&& queue, EncodeControl& control) {
   auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const int32_t left_id = symbols[left].id;
@@ -73,7 +74,10 @@ void merge_bpe_symbols(std::vector<BpeSymbol>& symbols, int32_t count, const uin
   };
   for (int32_t i = 1; i < count; ++i) {
     const uint32_t pair = (uint32_t{bytes[i - 1]} << 8) | bytes[i];
-    if ((byte_pairs[pair >> 6] >> (pair & 63)) & 1) try_add(i - 1, i);
+    if (((byte_pairs[pair >> 6] >> (pair & 63)) & 1) == 0) continue;
+    const MergeMap::Merge m = byte_pair_merge[pair];
+    queue.push(static_cast<uint32_t>(m.rank),
+               BpeBigram{m.rank, i - 1, i, symbols[i - 1].id, symbols[i].id, m.result});
   }
 
   BpeBigram bigram;
@@ -150,17 +154,13 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out, Bpe
       encode_bpe_word(clean, word_begin, word_end, out, scratch, control);
       continue;
     }
-    size_t first = 0, count = 0;
     uint64_t hash = 0;
-    const bool hit = memo.find(word, first, count, hash);
+    const bool hit = memo.append_if_known(word, out, hash);
     memo.record(hit);
-    if (hit) {
-      append_earlier_ids(out, first, count);
-      continue;
-    }
+    if (hit) continue;
     const size_t out_before = out.size();
     encode_bpe_word(clean, word_begin, word_end, out, scratch, control);
-    memo.store(word, hash, out_before, out.size() - out_before);
+    memo.store(word, hash, out, out_before);
   }
 }
 
@@ -207,11 +207,13 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
   symbol[word_length - 1].next = -1;
   if (control.use_buckets(word_length)) {
     scratch.queue.clear();
-    merge_bpe_symbols(symbols, static_cast<int32_t>(word_length), bytes, byte_pair_merges_, merges_, scratch.queue,
+    merge_bpe_symbols(symbols, static_cast<int32_t>(word_length), bytes, byte_pair_merges_,
+                      byte_pair_merge_.data(), merges_, scratch.queue,
                       control);
   } else {
     scratch.heap.clear();
-    merge_bpe_symbols(symbols, static_cast<int32_t>(word_length), bytes, byte_pair_merges_, merges_,
+    merge_bpe_symbols(symbols, static_cast<int32_t>(word_length), bytes, byte_pair_merges_,
+                      byte_pair_merge_.data(), merges_,
                       HeapMergeQueue<BpeBigram, BpeBigramOrder>{scratch.heap}, control);
   }
 

@@ -44,15 +44,6 @@ std::string_view Tokenizer::piece_bytes(int32_t id, bool special) const {
   return std::string_view(piece_arena_).substr(piece_offset_[id], piece_offset_[id + 1] - piece_offset_[id]);
 }
 
-void Tokenizer::append_earlier_ids(std::vector<int32_t>& out, size_t first, size_t count) {
-  // An exact-size reserve here reallocated (and copied every id so far) on
-  // each memo hit, which made "7" * n quadratic; doubling keeps it amortized.
-  const size_t needed = out.size() + count;
-  if (needed > out.capacity()) out.reserve(std::max(needed, 2 * out.capacity()));
-  // No reallocation below (capacity suffices), so the source stays valid.
-  for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
-}
-
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
                                        const CancelToken* cancel, MergeQueueKind queue) const {
   std::vector<int32_t> out;

@@ -150,9 +150,6 @@ class Tokenizer {
   void encode_bpe_fragments(std::string_view text, const std::vector<TextFragment>& fragments,
                             std::vector<int32_t>& out, EncodeControl& control) const;
   void spm_byte_fallback(const char* bytes, size_t n, std::vector<int32_t>& out) const;
-  // Appends out[first, first + count) to `out` (a memoized word's ids),
-  // keeping the vector's geometric growth so encoding stays linear.
-  static void append_earlier_ids(std::vector<int32_t>& out, size_t first, size_t count);
 
   TokenizerKind kind_ = TokenizerKind::SentencePiece;
   std::string model_name_;
@@ -191,6 +188,8 @@ class Tokenizer {
   // the merge map: on random Unicode most have none, and the map's misses
   // went to L2 or memory.
   std::vector<uint64_t> byte_pair_merges_;
+  // BPE: the merge of those byte pairs (rank -1: none), 512 KB.
+  std::vector<MergeMap::Merge> byte_pair_merge_;
   MergeMap merges_;
   // BPE: per byte, the merges among tokens that are that byte repeated
   // (for words that are a run of one byte; see byte_runs.h).

@@ -525,11 +525,15 @@ class TokenizerLoader {
         tk.byte_char_token_[b] = tk.text_to_id_.find(byte_level::utf8_of_byte(static_cast<uint8_t>(b)));
       }
       tk.byte_pair_merges_.assign(65536 / 64, 0);
+      tk.byte_pair_merge_.assign(65536, MergeMap::Merge{});
       for (uint32_t a = 0; a < 256; ++a) {
         for (uint32_t b = 0; b < 256; ++b) {
           const int32_t left = tk.byte_char_token_[a], right = tk.byte_char_token_[b];
-          if (left >= 0 && right >= 0 && tk.merges_.find(left, right).rank >= 0) {
+          if (left < 0 || right < 0) continue;
+          const MergeMap::Merge m = tk.merges_.find(left, right);
+          if (m.rank >= 0) {
             tk.byte_pair_merges_[(a << 8 | b) >> 6] |= uint64_t{1} << ((a << 8 | b) & 63);
+            tk.byte_pair_merge_[a << 8 | b] = m;
           }
         }
       }

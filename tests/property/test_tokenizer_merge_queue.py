@@ -251,3 +251,25 @@ def test_the_word_memo_forgets_words_without_changing_ids():
     pieces = [words[0]] + [" " + w for w in words[1:]]
     expected = [i for piece in pieces for i in tok.encode(piece, add_special=False)]
     assert tok.encode("".join(pieces), add_special=False) == expected
+
+
+def test_the_word_memo_gives_back_short_and_long_words_exactly():
+    # Words of 1 to 64 bytes (kept in the slot up to 8 bytes, in the key
+    # arena above), encoding to 1 to ~40 ids (copied into the slot up to 4,
+    # a range of the output above), each used several times; 60,000 distinct
+    # long words store more than the arena's 1 MiB, so the memo starts over
+    # mid-text. The whole text's ids must be its words' ids one by one.
+    rng = random.Random(11)
+    letters = "abcdefghijklmnopqrstuvwxyzäöüßαβγδεжзиклм東京語🚀"
+    words = set()
+    while len(words) < 60_000:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randrange(1, 24))))
+    vocabulary = sorted(words)
+    pieces = [" " + w for w in vocabulary * 3]
+    rng.shuffle(pieces)
+    tok = reference_tokenizer("gpt-2")
+    by_word = {p: tok.encode(p, add_special=False) for p in set(pieces)}
+    assert min(len(p.encode()) for p in by_word) <= 8 < max(len(p.encode()) for p in by_word) <= 64 + 32
+    assert min(map(len, by_word.values())) <= 4 < max(map(len, by_word.values()))
+    expected = [i for p in pieces for i in by_word[p]]
+    assert tok.encode("".join(pieces), add_special=False) == expected
