@@ -61,6 +61,21 @@ void bind_testing_tokenizer(nb::module_& testing) {
       "byte-run shortcut for long runs of one byte where it applies); 'runs' is 'auto' with the\n"
       "shortcut for runs of every length. 'heap' and 'buckets' never take the shortcut.");
   testing.def(
+      "utf8_decode",
+      [](nb::bytes data, bool fast) {
+        const std::string_view text(data.c_str(), data.size());
+        std::vector<std::pair<uint32_t, size_t>> out;
+        size_t offset = 0;
+        while (offset < text.size()) {
+          const uint32_t cp = fast ? unicode::decode_one_fast(text, offset) : unicode::decode_one(text, offset);
+          out.emplace_back(cp, offset);
+        }
+        return out;
+      },
+      nb::arg("data"), nb::arg("fast"),
+      "(code point, offset after it) for each step of decoding `data` with unicode::decode_one_fast\n"
+      "(fast=True, what the pre-tokenizer uses) or unicode::decode_one.");
+  testing.def(
       "tokenizer_kept_scratch_bytes",
       [] { return std::make_pair(Tokenizer::kept_scratch_bytes(), kept_id_buffer_bytes()); },
       "(BPE work buffers, ids buffer): bytes the calling thread keeps between Tokenizer.encode calls.");

@@ -103,7 +103,7 @@ void merge_bpe_symbols(std::vector<BpeSymbol>& symbols, int32_t count, const uin
 // (thread_scratch.h); every user clears what it uses first.
 struct Tokenizer::BpeScratch {
   pretok::PreTokenizerScratch pre;
-  std::string clean;
+  std::string clean;  // the clean text when it is not the text itself
   std::vector<std::pair<uint32_t, uint32_t>> words;
   std::vector<BpeSymbol> symbols;
   std::vector<BpeBigram> heap;  // max-heap under BpeBigramOrder
@@ -143,8 +143,8 @@ void Tokenizer::encode_bpe_fragments(std::string_view text, const std::vector<Te
 
 void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch, WordMemo& memo,
                            EncodeControl& control) const {
-  std::string& clean = scratch.clean;
-  pre_tokenizer_->split(text, clean, scratch.words, scratch.pre, control);
+  std::string_view clean;
+  pre_tokenizer_->split(text, scratch.clean, clean, scratch.words, scratch.pre, control);
   for (const auto& [word_begin, word_end] : scratch.words) {
     const uint32_t word_length = word_end - word_begin;
     if (word_length == 0) continue;
@@ -164,7 +164,7 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out, Bpe
   }
 }
 
-void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end,
+void Tokenizer::encode_bpe_word(std::string_view clean, uint32_t word_begin, uint32_t word_end,
                                 std::vector<int32_t>& out, BpeScratch& scratch, EncodeControl& control) const {
   const uint32_t word_length = word_end - word_begin;
   std::string& encoded = scratch.encoded;
@@ -184,8 +184,9 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
   // byte's merges allow it (byte_runs.h).
   const uint8_t* const bytes = reinterpret_cast<const uint8_t*>(clean.data()) + word_begin;
   const ByteRunMerges& runs = byte_runs_[bytes[0]];
-  if (runs.level_ordered && control.use_byte_runs(word_length, runs.merges.size()) &&
-      std::memcmp(bytes, bytes + 1, word_length - 1) == 0 &&
+  // (Most words differ at their second byte; that check is inline.)
+  if (runs.level_ordered && (word_length == 1 || bytes[1] == bytes[0]) &&
+      control.use_byte_runs(word_length, runs.merges.size()) && std::memcmp(bytes, bytes + 1, word_length - 1) == 0 &&
       merge_byte_run(runs, word_length, out, scratch.run_blocks, scratch.run_next)) {
     return;
   }
@@ -217,19 +218,19 @@ void Tokenizer::encode_bpe_word(const std::string& clean, uint32_t word_begin, u
                       HeapMergeQueue<BpeBigram, BpeBigramOrder>{scratch.heap}, control);
   }
 
-  for (int32_t i = 0; i != -1; i = symbols[i].next) {
-    const BpeSymbol& s = symbols[i];
-    if (s.id >= 0) {
-      out.push_back(s.id);
+  // The live symbols are 0, then each one's start plus its length (a
+  // merge keeps the left symbol's start).
+  for (uint32_t i = 0; i < word_length; i += symbol[i].length) {
+    const int32_t id = symbol[i].id;
+    if (id >= 0) {
+      out.push_back(id);
       continue;
     }
-    // A character with no token: llama.cpp tries each byte of its UTF-8
-    // as a one-byte token and drops the bytes that are not tokens.
-    // (byte_char_fallback_ holds those ids per byte).
-    for (uint32_t k = s.start; k < s.start + s.length; ++k) {
-      const std::vector<int32_t>& ids = byte_char_fallback_[static_cast<uint8_t>(clean[k])];
-      out.insert(out.end(), ids.begin(), ids.end());
-    }
+    // A character with no token (such a symbol never merged: one byte):
+    // llama.cpp tries each byte of its UTF-8 as a one-byte token and drops
+    // the bytes that are not tokens (byte_char_fallback_ holds the ids).
+    const ByteFallback& fallback = byte_char_fallback_[bytes[i]];
+    out.insert(out.end(), fallback.ids, fallback.ids + fallback.count);
   }
 }
 

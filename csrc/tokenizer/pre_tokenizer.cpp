@@ -345,9 +345,11 @@ class ByteCursor {
 
 }  // namespace
 
-void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<std::pair<uint32_t, uint32_t>>& words,
-                         PreTokenizerScratch& s, EncodeControl& control) const {
+void PreTokenizer::split(std::string_view text, std::string& buffer, std::string_view& clean_view,
+                         std::vector<std::pair<uint32_t, uint32_t>>& words, PreTokenizerScratch& s,
+                         EncodeControl& control) const {
   words.clear();
+  std::string& clean = buffer;
   clean.clear();
   s.code_points.clear();
   size_t offset = 0;
@@ -355,13 +357,14 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
   // Canonical re-encoding, like llama.cpp: overlong forms shrink, bad bytes
   // become U+FFFD. A code point read from exactly as many bytes as its
   // canonical form has was that form (decoding keeps every payload bit), so
-  // while that holds `clean` is a prefix of `text` and is copied at the end
-  // instead of being re-encoded one code point at a time. Either way a code
-  // point's bytes in `clean` are its canonical length (ByteCursor).
+  // while that holds `clean` is a prefix of `text`, and when it holds to
+  // the end the text itself is the clean text (random Unicode was copied,
+  // megabytes, for nothing). Either way a code point's bytes in the clean
+  // text are its canonical length (ByteCursor).
   bool same_as_text = true;
   while (offset < text.size()) {
     const size_t before = offset;
-    const uint32_t cp = unicode::decode_one(text, offset);
+    const uint32_t cp = unicode::decode_one_fast(text, offset);
     s.code_points.push_back(cp);
     // Decoding a 16 Mi-character text takes tens of milliseconds before the
     // first match: it reports its work too, so a cancel is seen meanwhile.
@@ -378,7 +381,7 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
       unicode::append_utf8(clean, cp);
     }
   }
-  if (same_as_text) clean.assign(text.data(), text.size());
+  clean_view = same_as_text ? text : std::string_view(clean);
   const size_t n = s.code_points.size();
   if (n == 0) return;
   // Ordinary text takes tens of steps per character and regex; the limit
@@ -436,7 +439,7 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
     }
     if (!last) s.pieces.swap(s.next_pieces);
   }
-  if (regexes_.empty()) words.emplace_back(0u, static_cast<uint32_t>(clean.size()));
+  if (regexes_.empty()) words.emplace_back(0u, static_cast<uint32_t>(clean_view.size()));
 }
 
 }  // namespace muser::pretok

@@ -54,15 +54,17 @@ class PreTokenizer {
  public:
   explicit PreTokenizer(const std::vector<const char*>& patterns);
 
-  // Splits `text` into words. `clean` receives the text re-encoded from its
-  // code points as llama.cpp reads them (invalid bytes become U+FFFD,
-  // overlong forms are shortened);
-  // `words` receives byte ranges [begin, end) into `clean`, in order,
-  // covering it completely. Thread-safe (all state is in `scratch`).
+  // Splits `text` into words. `clean` receives the text as llama.cpp
+  // reads it: its code points re-encoded (invalid bytes become U+FFFD,
+  // overlong forms are shortened). That is `text` itself when `text` is
+  // already canonical UTF-8 (no copy), else `buffer`, which receives the
+  // re-encoding. `words` receives byte ranges [begin, end) into `clean`, in
+  // order, covering it completely. Thread-safe (all state is in `scratch`).
   // `control` is told the code points each regex pass goes through (and
   // may throw Cancelled between matches).
-  void split(std::string_view text, std::string& clean, std::vector<std::pair<uint32_t, uint32_t>>& words,
-             PreTokenizerScratch& scratch, EncodeControl& control) const;
+  void split(std::string_view text, std::string& buffer, std::string_view& clean,
+             std::vector<std::pair<uint32_t, uint32_t>>& words, PreTokenizerScratch& scratch,
+             EncodeControl& control) const;
 
  private:
   std::vector<Regex> regexes_;

@@ -144,7 +144,7 @@ class Tokenizer {
   // BPE: one raw fragment (pre-tokenized, words memoised); one word's merges.
   void encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch, WordMemo& memo,
                   EncodeControl& control) const;
-  void encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
+  void encode_bpe_word(std::string_view clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
                        BpeScratch& scratch, EncodeControl& control) const;
   // The BPE fragments of one encode call (pre-tokenizer, word memo, merges).
   void encode_bpe_fragments(std::string_view text, const std::vector<TextFragment>& fragments,
@@ -181,8 +181,13 @@ class Tokenizer {
   // BPE: per byte whose character has no token, the ids llama.cpp emits
   // instead (each byte of the character's UTF-8 that is itself a token).
   // Random Unicode hits this constantly (smollm2 has no token for the lead
-  // bytes 0xF1 and 0xF2), so it is looked up once at load.
-  std::vector<std::vector<int32_t>> byte_char_fallback_;
+  // bytes 0xF1 and 0xF2), so it is looked up once at load. A GPT-2 alphabet
+  // character has at most 2 bytes, so at most 2 ids.
+  struct ByteFallback {
+    int32_t count = 0;
+    int32_t ids[2] = {-1, -1};
+  };
+  std::vector<ByteFallback> byte_char_fallback_;
   // BPE: bit (a << 8 | b) set when the tokens of bytes a and b (both
   // present) have a merge. A word's first pairs are looked up here before
   // the merge map: on random Unicode most have none, and the map's misses

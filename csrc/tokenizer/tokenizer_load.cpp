@@ -542,12 +542,13 @@ class TokenizerLoader {
         tk.byte_runs_[b].byte_token = tk.byte_char_token_[b];
         finish_byte_run_merges(tk.byte_runs_[b]);
       }
-      tk.byte_char_fallback_.assign(256, {});
+      tk.byte_char_fallback_.assign(256, Tokenizer::ByteFallback{});
       for (int b = 0; b < 256; ++b) {
         if (tk.byte_char_token_[b] >= 0) continue;
         for (char c : byte_level::utf8_of_byte(static_cast<uint8_t>(b))) {
           const int32_t id = tk.text_to_id_.find(&c, 1);
-          if (id >= 0) tk.byte_char_fallback_[b].push_back(id);
+          Tokenizer::ByteFallback& f = tk.byte_char_fallback_[b];
+          if (id >= 0) f.ids[f.count++] = id;
         }
       }
     }

@@ -47,7 +47,7 @@ class WordMemo {
     slots_.assign(slots, Slot{});
     mask_ = slots - 1;
     keys_.clear();
-    lookups_ = hits_ = skip_ = 0;
+    lookups_ = hits_ = skip_ = failed_windows_ = 0;
   }
 
   // Bytes of memory held (for the per-thread scratch bound).
@@ -55,10 +55,12 @@ class WordMemo {
 
   // Whether the next word should be looked up at all. Text whose words
   // never repeat (random Unicode: every lookup a miss, a cache miss each,
-  // and a copy of every word into the arena) skips the memo for a while
+  // and a copy of every word into the memo) skips the memo for a while
   // when the last kWindow lookups found less than one in kMinHitShare,
-  // then tries again; real text keeps it. Skipping only costs encoding
-  // words again, so ids are unchanged.
+  // then tries again; real text keeps it. Each window in a row that fails
+  // doubles the skip (up to kMaxSkipDoublings times): with a fixed skip,
+  // random text still looked up one word in five. Skipping only costs
+  // encoding words again, so ids are unchanged.
   bool worth_consulting() {
     if (skip_ > 0) {
       --skip_;
@@ -70,7 +72,12 @@ class WordMemo {
   void record(bool hit) {
     hits_ += hit ? 1 : 0;
     if (++lookups_ < kWindow) return;
-    if (hits_ * kMinHitShare < lookups_) skip_ = kSkip;
+    if (hits_ * kMinHitShare < lookups_) {
+      skip_ = kSkip << failed_windows_;
+      failed_windows_ = std::min(failed_windows_ + 1, kMaxSkipDoublings);
+    } else {
+      failed_windows_ = 0;
+    }
     lookups_ = hits_ = 0;
   }
 
@@ -181,11 +188,12 @@ class WordMemo {
   static constexpr uint32_t kWindow = 4096;
   static constexpr uint32_t kMinHitShare = 16;
   static constexpr uint32_t kSkip = 4 * kWindow;
+  static constexpr uint32_t kMaxSkipDoublings = 4;
 
   std::vector<Slot> slots_;
   size_t mask_ = 0;
   std::string keys_;
-  uint32_t lookups_ = 0, hits_ = 0, skip_ = 0;
+  uint32_t lookups_ = 0, hits_ = 0, skip_ = 0, failed_windows_ = 0;
 };
 
 }  // namespace muser

@@ -60,8 +60,8 @@ def test_a_thread_keeps_at_most_the_bound(tok):
         kept = [_core._testing.tokenizer_kept_scratch_bytes()]
         tok.encode(PROSE[:50_000], add_special=False)
         kept.append(_core._testing.tokenizer_kept_scratch_bytes())
-        # 4 M random characters: ~15 MB of UTF-8, buffers and ids past the bound.
-        tok.encode(random_unicode(500_000, 1) * 8, add_special=False)
+        # 8 M random characters: ~30 MB of UTF-8, buffers and ids past the bound.
+        tok.encode(random_unicode(500_000, 1) * 16, add_special=False)
         kept.append(_core._testing.tokenizer_kept_scratch_bytes())
         tok.encode(PROSE[:50_000], add_special=False)
         kept.append(_core._testing.tokenizer_kept_scratch_bytes())
