@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 11's whole target table on the device host's CPU (16-core Xeon), muser beside llama.cpp,
+# random-weight real shapes, in two device calls of under 10 minutes each:
+#   bash benchmarks/device/cpu_full_table.sh small   # smollm2 Q4_0/Q4_1/Q8_0, llama-1b Q4_0/Q4_K/Q6_K at 4 and 16 threads
+#   bash benchmarks/device/cpu_full_table.sh big     # llama3-8b Q4_0 and Q4_K at 16 threads, then thread scaling
+# Run from the repository root, carrying `.device` (../shared/tools/device/README.md says how to fill it) and
+# the pure-Python packages the device image lacks (jinja2, markupsafe, platformdirs, tqdm, gguf) in $PYLIB
+# (default .cudawork/lead/pylib). Each part skips what a warm machine already built (llama.cpp, muser, models).
+# Output: $OUT/table-<part>.txt; `python3 /work/notes/format_device.py` turns it into the markdown table.
+set -uo pipefail
+part=${1:?usage: cpu_full_table.sh small|big}
+root=$(pwd); lib=${PYLIB:-$root/.cudawork/lead/pylib}; d=$root/.device; w=/tmp/wcpu
+out=${OUT:-/tmp/out}; mkdir -p "$out" "$w"; res="$out/table-$part.txt"
+start=$(date +%s); el() { echo $(( $(date +%s) - start )); }
+log() { echo "[$(el) s] $*" | tee -a "$res"; }
+
+if [ ! -x "$w/b/bin/llama-batched-bench" ]; then
+  ( cd "$w" && tar xJf "$d/llamacpp-pruned.tar.xz" &&
+    cmake -S llama.cpp -B b -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >b.log 2>&1 &&
+    cmake --build b -j 8 --target llama-bench llama-batched-bench >>b.log 2>&1; echo "[llama.cpp build rc=$?]" ) &
+fi
+case $part in
+  small) specs="smollm2-135m:Q4_0 smollm2-135m:Q4_1 smollm2-135m:Q8_0 llama-1b:Q4_0 llama-1b:Q4_K llama-1b:Q6_K"; threads="4 16" ;;
+  big) specs="llama3-8b:Q4_0 llama3-8b:Q4_K"; threads="16" ;;
+  *) echo "unknown part $part (small|big)"; exit 2 ;;
+esac
+( for s in $specs; do
+    f="$w/${s%%:*}-${s##*:}.gguf"
+    [ -f "$f" ] || python3 "$d/gen_random_gguf.py" "$f" "${s%%:*}" "$lib" "${s##*:}" >/dev/null || echo "gen $s failed"
+  done ) &
+if ! { cmake -S . -B build/cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSER_CUDA=OFF \
+         -DPython_EXECUTABLE="$(command -v python3)" && cmake --build build/cpu -j 8; } >"$out/build-$part.log" 2>&1; then
+  tail -30 "$out/build-$part.log"; log "MUSER BUILD FAILED"; exit 1
+fi
+cp build/cpu/_core*.so src/muser/
+export PYTHONPATH="$root/src:$root:$lib"
+wait; log "muser, llama.cpp and models ready ($(git rev-parse --short HEAD 2>/dev/null))"
+
+for s in $specs; do
+  f="$w/${s%%:*}-${s##*:}.gguf"; name=$(basename "$f" .gguf)
+  for t in $threads; do
+    timeout 150 python3 -u "$d/mb.py" "$f" "$t" 2>&1 | tail -1 | tee -a "$res"
+    timeout 150 "$w/b/bin/llama-bench" -m "$f" -t "$t" -p 512 -n 64 -r 2 -o csv 2>/dev/null |
+      python3 -c "import csv,sys; r=list(csv.DictReader(sys.stdin)); print('llama   %-28s t=%-3s pp512 %8.1f  tg %7.1f' % (sys.argv[1], sys.argv[2], *[float(x['avg_ts']) for x in r]))" "$name.gguf" "$t" | tee -a "$res"
+    timeout 150 "$w/b/bin/llama-batched-bench" -m "$f" -t "$t" -c 2048 -b 512 -ub 512 -npp 64 -ntg 32 -npl 4 2>/dev/null |
+      awk -F'|' -v f="$name.gguf" -v t="$t" '/^\|[ ]+[0-9]/{printf "llama   %-28s t=%-3s 4-seq decode %7.1f\n", f, t, $9}' | tee -a "$res"
+  done
+done
+if [ "$part" = big ]; then
+  log "thread scaling"
+  f=$w/smollm2-135m-Q4_0.gguf
+  [ -f "$f" ] || python3 "$d/gen_random_gguf.py" "$f" smollm2-135m "$lib" Q4_0 >/dev/null
+  [ "$(el)" -lt 420 ] && timeout 60 python3 -u benchmarks/bench_thread_scaling.py "$f" --threads 1,2,4,8,16 2>&1 | tee -a "$res"
+  f=$w/llama-1b-Q4_0.gguf
+  [ -f "$f" ] || python3 "$d/gen_random_gguf.py" "$f" llama-1b "$lib" Q4_0 >/dev/null
+  [ "$(el)" -lt 480 ] && timeout $(( 570 - $(el) )) python3 -u benchmarks/bench_thread_scaling.py "$f" --threads 16,8,4,2,1 \
+    --prompt 128 --steps 32 --group-steps 16 2>&1 | tee -a "$res"
+fi
+log "end"
