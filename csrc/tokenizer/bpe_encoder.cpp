@@ -19,8 +19,8 @@
 
 namespace muser {
 
+// Symbol i starts at byte i of its word (a merge keeps the left symbol).
 struct Tokenizer::BpeSymbol {
-  uint32_t start;   // byte offset in the clean text
   uint32_t length;  // bytes; 0 once merged into the symbol on its left
   int32_t prev;
   int32_t next;
@@ -199,7 +199,6 @@ void Tokenizer::encode_bpe_word(std::string_view clean, uint32_t word_begin, uin
   BpeSymbol* const symbol = symbols.data();
   for (uint32_t i = 0; i < word_length; ++i) {
     const int32_t index = static_cast<int32_t>(i);
-    symbol[i].start = word_begin + i;
     symbol[i].length = 1;
     symbol[i].prev = index - 1;
     symbol[i].next = index + 1;
