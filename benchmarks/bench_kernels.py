@@ -55,6 +55,10 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--shapes", default=",".join(f"{a}x{b}" for a, b in SHAPES))
     parser.add_argument("--layouts", default="packed", help="comma list of packed/plain (see above)")
+    parser.add_argument("--splits", default="2d",
+                        help="comma list of 2d/1d: calls of 64+ rows cut into row blocks x output chunks (2d, what "
+                             "matmul does) or into output chunks over all rows (1d, the split before); 1d rows are "
+                             "labelled LAYOUT/1d")
     parser.add_argument("--min-seconds", type=float, default=0.2, help="time budget per measurement")
     parser.add_argument("--peer", metavar="PYTHON",
                         help="also time ggml (llama.cpp's kernels) with this interpreter, e.g. ../peer-venv/bin/python; "
@@ -66,7 +70,7 @@ def main() -> None:
     print("ms = best of N calls (median in brackets); GFLOP/s and GB/s of weight from the best.")
     peer_cols = f" {'ggml ms':>9} {'(median)':>10} {'speedup':>10}" if args.peer else ""
     layouts = args.layouts.split(",")
-    print(f"{'type':6} {'isa':10} {'layout':6} {'in x out':>10} {'rows':>5} {'thr':>3} {'ms':>9} {'(median)':>10} "
+    print(f"{'type':6} {'isa':10} {'layout':9} {'in x out':>10} {'rows':>5} {'thr':>3} {'ms':>9} {'(median)':>10} "
           f"{'GFLOP/s':>8} {'GB/s(w)':>8}{peer_cols}")
     for name in args.types.split(","):
         type_id, elems, nbytes = TYPES[name]
@@ -82,17 +86,21 @@ def main() -> None:
                 for rows in (int(r) for r in args.rows.split(",")):
                     x = random_activations(rows, n_in)
                     for threads in (int(v) for v in args.threads.split(",")):
-                      for layout in layouts:
+                      for layout, split in ((lay, sp) for lay in layouts for sp in args.splits.split(",")):
                         if layout == "packed" and "plain" in layouts and not t.has_packed_layout(type_id, isa):
                             continue  # would time the plain layout twice
                         packed = layout == "packed"
-                        probe = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, 1, packed)[0]
+                        row_split = split == "2d"
+                        label = layout if row_split else f"{layout}/1d"
+                        probe = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, 1, packed,
+                                              split_rows=row_split)[0]
                         repeats = max(3, min(2000, int(args.min_seconds / max(probe, 1e-7))))
-                        times = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, repeats, packed)
+                        times = t.time_matmul(type_id, raw, n_in, n_out, x, threads, isa, repeats, packed,
+                                              split_rows=row_split)
                         secs, median = min(times), statistics.median(times)
                         gflops = 2.0 * n_in * n_out * rows / secs / 1e9
                         gbps = w_bytes / secs / 1e9
-                        line = (f"{name:6} {isa:10} {layout:6} {shape:>10} {rows:>5} {threads:>3} {secs * 1e3:9.3f} "
+                        line = (f"{name:6} {isa:10} {label:9} {shape:>10} {rows:>5} {threads:>3} {secs * 1e3:9.3f} "
                                 f"({median * 1e3:8.3f}) {gflops:8.1f} {gbps:8.1f}")
                         if not args.peer:
                             print(line, flush=True)

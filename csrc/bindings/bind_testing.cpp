@@ -116,6 +116,15 @@ TensorInfo make_tensor(const DTypeInfo& info, const OwnedArray<uint8_t>& bytes, 
   return t;
 }
 
+// cpu::matmul with the split planned for plan_threads threads (0: the
+// pool's) and, unless split_rows, with every task over all rows.
+void run_planned(const TensorInfo& w, const cpu::KernelSet& kernels, const cpu::PackedWeight* pack,
+                 const float* x, size_t n_rows, float* y, ThreadPool& pool, size_t plan_threads,
+                 bool split_rows) {
+  const size_t threads = plan_threads != 0 ? plan_threads : static_cast<size_t>(pool.size());
+  cpu::run_matmul(cpu::MatmulJob::plan(w, kernels, threads, pack, split_rows ? n_rows : 0), x, n_rows, y, pool);
+}
+
 const cpu::F16VecOps& f16_vec_table(const std::string& name) {
   for (const cpu::F16VecOps* ops : cpu::supported_f16_vec_ops()) {
     if (name == ops->isa) return *ops;
@@ -225,7 +234,7 @@ void bind_testing_kernels(nb::module_& m) {
   m.def(
       "matmul",
       [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, const Floats2D& x,
-         int threads, const std::string& isa_name, bool packed) {
+         int threads, const std::string& isa_name, bool packed, size_t plan_threads, bool split_rows) {
         const DTypeInfo& info = require_dtype(type_id);
         const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
@@ -241,18 +250,21 @@ void bind_testing_kernels(nb::module_& m) {
           ThreadPool pool(threads);
           if (packed && cpu::has_packed_layout(kernels, info.type)) {
             const cpu::PackedWeight pack(w, kernels, pool);
-            cpu::matmul(pack, x.data(), n_rows, y.data, pool);
+            run_planned(w, kernels, &pack, x.data(), n_rows, y.data, pool, plan_threads, split_rows);
           } else {
-            cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);
+            run_planned(w, kernels, nullptr, x.data(), n_rows, y.data, pool, plan_threads, split_rows);
           }
         }
         return y.release_to_numpy({n_rows, ne1});
       },
       nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("x"),
-      nb::arg("threads") = 1, nb::arg("isa") = "best", nb::arg("packed") = true,
+      nb::arg("threads") = 1, nb::arg("isa") = "best", nb::arg("packed") = true, nb::arg("plan_threads") = 0,
+      nb::arg("split_rows") = true,
       "y = x @ W.T for a (ne1, ne0) weight of `type_id`, via cpu::matmul on a fresh pool; with "
       "`packed` the weight is first repacked as the engine does at load when `isa` has a packed "
-      "layout for the type (see has_packed_layout).");
+      "layout for the type (see has_packed_layout). `plan_threads` (0: `threads`) splits the "
+      "work into the tasks it would get on that many threads; `split_rows=False` keeps every "
+      "task over all rows (the split before row blocks).");
 
   m.def(
       "f16_vec_isas",
@@ -340,9 +352,35 @@ void bind_testing_kernels(nb::module_& m) {
       "Whether the kernel table of `isa` repacks weights of `type_id` at load.");
 
   m.def(
+      "matmul_split",
+      [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, size_t n_rows, size_t threads,
+         const std::string& isa_name, bool packed) {
+        const DTypeInfo& info = require_dtype(type_id);
+        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
+        const TensorInfo w = make_tensor(info, src, ne0, ne1);
+        ThreadPool pool(1);
+        std::unique_ptr<cpu::PackedWeight> pack;
+        if (packed && cpu::has_packed_layout(kernels, info.type)) {
+          pack = std::make_unique<cpu::PackedWeight>(w, kernels, pool);
+        }
+        const cpu::MatmulJob job = cpu::MatmulJob::plan(w, kernels, threads, pack.get(), n_rows);
+        nb::dict out;
+        out["tasks"] = job.n_chunks;
+        out["chunk"] = job.chunk;
+        out["row_block"] = job.row_block == 0 ? n_rows : job.row_block;
+        return out;
+      },
+      nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("n_rows"), nb::arg("threads"),
+      nb::arg("isa") = "best", nb::arg("packed") = true,
+      "How cpu::matmul splits n_rows rows on `threads` threads: {'tasks', 'chunk' (outputs per "
+      "task), 'row_block' (activation rows per task; the last block takes the rest)}.");
+
+  m.def(
       "time_matmul",
       [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, const Floats2D& x,
-         int threads, const std::string& isa_name, int repeats, bool packed) {
+         int threads, const std::string& isa_name, int repeats, bool packed, size_t plan_threads,
+         bool split_rows) {
         const DTypeInfo& info = require_dtype(type_id);
         const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
@@ -363,11 +401,7 @@ void bind_testing_kernels(nb::module_& m) {
             pack = std::make_unique<cpu::PackedWeight>(w, kernels, pool);
           }
           const auto run = [&] {
-            if (pack) {
-              cpu::matmul(*pack, x.data(), n_rows, y.data, pool);
-            } else {
-              cpu::matmul(w, x.data(), n_rows, y.data, pool, kernels);
-            }
+            run_planned(w, kernels, pack.get(), x.data(), n_rows, y.data, pool, plan_threads, split_rows);
           };
           run();  // warm-up
           for (int i = 0; i < repeats; ++i) {
@@ -380,8 +414,10 @@ void bind_testing_kernels(nb::module_& m) {
       },
       nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("x"),
       nb::arg("threads"), nb::arg("isa"), nb::arg("repeats"), nb::arg("packed") = true,
+      nb::arg("plan_threads") = 0, nb::arg("split_rows") = true,
       "Seconds per cpu::matmul call (one pool, one warm-up call first; the weight repacked "
-      "beforehand as at load when `packed` and the table has a layout for it), for benchmarks.");
+      "beforehand as at load when `packed` and the table has a layout for it), for benchmarks. "
+      "`plan_threads` and `split_rows` as for matmul.");
 
   m.def(
       "fp32_to_fp16",

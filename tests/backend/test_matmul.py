@@ -185,3 +185,58 @@ def test_a_packed_prefill_batch_equals_its_rows_alone():
         for r in (0, 3, 4, 36):
             alone = t.matmul(id_of(qtype), raw, n_in, n_out, x[r:r + 1], threads=1, isa=isa)
             assert np.array_equal(batch[r], alone[0]), (qtype.name, r)
+
+
+# Prefill-sized calls cut their rows into blocks as well as their outputs
+# into chunks (matmul.cpp split_rows); the split follows the thread count.
+SPLIT_THREADS = [1, 2, 3, 5, 16, 64]
+
+
+def test_a_prefill_split_cuts_rows_into_blocks_of_whole_row_tiles():
+    raw = random_matrix(GT.Q4_0, 576, 576, np.random.default_rng(1))
+    for n_rows in (1, 4, 63, 64, 65, 100, 512, 1000):
+        for threads in SPLIT_THREADS:
+            split = t.matmul_split(int(GT.Q4_0), raw, 576, 576, n_rows, threads)
+            blocks = -(-n_rows // split["row_block"])
+            chunks = -(-576 // split["chunk"])
+            assert split["tasks"] == blocks * chunks
+            assert split["chunk"] % 16 == 0
+            if n_rows < 64:
+                assert split["row_block"] == n_rows  # decode and short calls: all rows per task
+            elif split["row_block"] < n_rows:
+                assert split["row_block"] % 8 == 0 and split["row_block"] >= 32
+            # Enough tasks for every thread (four each) whenever the rows and outputs allow it.
+            if n_rows >= 512:
+                assert split["tasks"] >= 4 * threads, (n_rows, threads, split)
+    # 512 rows at 16 threads: row blocks, not 36 chunks of 16 outputs over all rows.
+    split = t.matmul_split(int(GT.Q4_0), raw, 576, 576, 512, 16)
+    assert split["row_block"] < 512 and split["tasks"] % 16 == 0
+
+
+SPLIT_TYPES = [GT.Q4_0, GT.Q4_1, GT.Q5_0, GT.Q8_0, GT.Q4_K, GT.Q6_K, GT.F16]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", SPLIT_TYPES, ids=lambda q: q.name)
+def test_a_row_split_prefill_is_bitwise_the_unsplit_one_for_every_thread_count(qtype, isa):
+    """Rows cut into blocks (any planned thread count, run on 1-3 threads)
+    give the bits of tasks over all rows, packed or not; and a row keeps
+    its bits alone, at a block boundary or in a block's last tile."""
+    rng = np.random.default_rng(40 + id_of(qtype))
+    n_in, n_out = input_size(qtype, 9), 70
+    raw = random_matrix(qtype, n_in, n_out, rng)
+    x = (rng.standard_normal((203, n_in)) * rng.uniform(0.01, 100, size=(203, 1))).astype(np.float32)
+    for packed in (True, False):
+        unsplit = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa=isa, packed=packed, split_rows=False)
+        split_seen = False
+        for plan_threads in SPLIT_THREADS:
+            split = t.matmul_split(id_of(qtype), raw, n_in, n_out, len(x), plan_threads, isa, packed)
+            split_seen = split_seen or split["row_block"] < len(x)
+            for threads in (1, 3):
+                got = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=threads, isa=isa, packed=packed,
+                               plan_threads=plan_threads)
+                assert np.array_equal(got.view(np.uint32), unsplit.view(np.uint32)), (packed, plan_threads, threads)
+        assert split_seen, "no planned thread count split these rows"
+        for r in (0, 31, 32, 63, 64, 199, 202):
+            alone = t.matmul(id_of(qtype), raw, n_in, n_out, x[r:r + 1], threads=1, isa=isa, packed=packed)
+            assert np.array_equal(alone[0].view(np.uint32), unsplit[r].view(np.uint32)), (packed, r)

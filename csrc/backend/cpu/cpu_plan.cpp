@@ -151,7 +151,7 @@ class PlanBuilder {
       TileEntry tile;
       tile.op = i;
       const TensorInfo& matrix = w_.matrices[g_.tensor(op.src[0]).weight];
-      tile.job = MatmulJob::plan(matrix, k_, threads_, w_.packed.find(matrix));
+      tile.job = MatmulJob::plan(matrix, k_, threads_, w_.packed.find(matrix), x.rows);
       if (x.rows == 0) tile.job.n_chunks = 0;
       // Matmuls reading the same input in the same activation format share
       // its quantized rows (the same bytes either way).

@@ -26,6 +26,10 @@ constexpr size_t kTasksPerThread = 4;
 // Activation rows quantized per task when several rows are quantized in
 // parallel.
 constexpr size_t kQuantizeRowsPerTask = 16;
+// Smallest block of activation rows a task takes when a call's rows are
+// split (a multiple of the kernels' 8-row tiles): smaller blocks would
+// re-read the weight chunk for little work.
+constexpr size_t kMinRowBlock = 32;
 
 struct AlignedDelete {
   void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
@@ -58,8 +62,73 @@ void require_2d(const TensorInfo& w, const char* where) {
 
 }  // namespace
 
+namespace {
+
+// Cuts a call of n_rows activation rows into row blocks x output chunks
+// instead of output chunks over all rows, when that is quicker. Splitting
+// moves no bit: each element is one weight row against one activation row
+// (TileFn contract), whichever task computes it.
+//
+// A task reads its output chunk's weights and its rows' activations: over
+// all rows, a 16-thread prefill of 512 rows through a 576 x 576 matrix
+// (smollm2) was 36 tasks of 16 outputs, each reading all 389 KB of
+// activations for 5 KB of weights (14 MB for the call, through L2 or L3),
+// and its 36 tasks left the third round of 16 threads a quarter full. The
+// split chosen minimises an estimate of the stage's time: rounds of tasks
+// (ceil(tasks / threads)) times the largest task's multiply-adds plus its
+// bytes (kMacsPerByte: a core's int8 multiply-adds per byte fetched from
+// outside its L2, roughly), among splits of at least threads *
+// kTasksPerThread tasks (slack for a shared machine) when there are any.
+// For that example: 16 row blocks of 32 x 4 chunks of 144 outputs, 64
+// equal tasks reading 4.5 MB.
+constexpr double kMacsPerByte = 8.0;
+constexpr size_t kMaxRowBlocks = 64;
+
+void split_rows(MatmulJob& job, size_t threads, size_t n_rows) {
+  if (n_rows < 2 * kMinRowBlock) return;
+  const size_t want = threads * kTasksPerThread;
+  const size_t granules = (job.n_out + kChunkGranule - 1) / kChunkGranule;
+  const size_t most_blocks = std::min(n_rows / kMinRowBlock, kMaxRowBlocks);
+  bool best_enough = false;
+  double best_cost = 0;
+  size_t best_rows = 0, best_chunk = 0;
+  size_t last_rows = 0;
+  for (size_t b = 1; b <= most_blocks; ++b) {
+    const size_t rows = b == 1 ? n_rows : ((n_rows + b - 1) / b + 7) / 8 * 8;
+    if (rows == last_rows) continue;
+    last_rows = rows;
+    const size_t blocks = (n_rows + rows - 1) / rows;
+    size_t last_chunks = 0;
+    for (size_t g = 1; g <= granules; ++g) {
+      const size_t chunk = g * kChunkGranule;
+      const size_t chunks = (job.n_out + chunk - 1) / chunk;
+      if (chunks == last_chunks) continue;  // the smallest chunk for this count came first
+      last_chunks = chunks;
+      const size_t tasks = blocks * chunks;
+      const size_t outs = std::min(chunk, job.n_out);
+      const double task = static_cast<double>(rows) * static_cast<double>(outs) * static_cast<double>(job.n_in) /
+                              kMacsPerByte +
+                          static_cast<double>(rows * job.act_row_bytes + outs * job.w_row_bytes);
+      const double cost = static_cast<double>((tasks + threads - 1) / threads) * task;
+      const bool enough = tasks >= want;
+      if (best_rows == 0 || (enough && !best_enough) || (enough == best_enough && cost < best_cost)) {
+        best_enough = enough;
+        best_cost = cost;
+        best_rows = rows;
+        best_chunk = chunk;
+      }
+    }
+  }
+  job.chunk = best_chunk;
+  job.out_chunks = (job.n_out + best_chunk - 1) / best_chunk;
+  job.row_block = best_rows >= n_rows ? 0 : best_rows;
+  job.n_chunks = job.out_chunks * ((n_rows + best_rows - 1) / best_rows);
+}
+
+}  // namespace
+
 MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
-                          const PackedWeight* pack) {
+                          const PackedWeight* pack, size_t n_rows) {
   require_2d(w, "matmul");
   const uint32_t type_id = static_cast<uint32_t>(w.type);
   MatmulJob job;
@@ -82,6 +151,7 @@ MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t 
   size_t chunk = (job.n_out + threads * kTasksPerThread - 1) / (threads * kTasksPerThread);
   job.chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
   job.n_chunks = (job.n_out + job.chunk - 1) / job.chunk;
+  job.out_chunks = job.n_chunks;
   if (pack != nullptr && &pack->source() == &w && &pack->kernels() == &kernels) {
     // Chunks start on a group boundary (kChunkGranule is a multiple of kPackedRows).
     job.packed_tile = pack->kernel().tile;
@@ -95,6 +165,7 @@ MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t 
       job.format |= kPackedActFlag;
     }
   }
+  split_rows(job, threads, n_rows);
   return job;
 }
 
@@ -137,6 +208,19 @@ void MatmulJob::quantize_rows(const float* x, size_t first, size_t last, uint8_t
 void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const {
   // One tile call per chunk: the kernels block for the caches themselves
   // and may reorganize the activation rows once per call.
+  if (row_block != 0) {
+    // Task c: output chunk c % out_chunks of row block c / out_chunks (the
+    // last block runs to n_rows, whatever n_rows the split was sized for).
+    const size_t n_blocks = n_chunks / out_chunks;
+    const size_t block = c / out_chunks;
+    const size_t first_row = block * row_block;
+    if (first_row >= n_rows) return;
+    const size_t last_row = block + 1 == n_blocks ? n_rows : std::min(n_rows, first_row + row_block);
+    act += first_row * act_row_bytes;
+    y += first_row * n_out;
+    n_rows = last_row - first_row;
+    c %= out_chunks;
+  }
   const size_t first = c * chunk;
   const size_t rows = std::min(n_out, first + chunk) - first;
   if (packed_tile != nullptr) {
@@ -147,23 +231,15 @@ void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y)
   tile(n_in, w + first * w_row_bytes, w_row_bytes, rows, act, act_row_bytes, n_rows, y + first, n_out);
 }
 
-namespace {
-
-void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, ThreadPool& pool);
-
-}  // namespace
-
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,
             const KernelSet& kernels) {
-  run_matmul(MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size())), x, n_rows, y, pool);
+  run_matmul(MatmulJob::plan(w, kernels, static_cast<size_t>(pool.size()), nullptr, n_rows), x, n_rows, y, pool);
 }
 
 void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
-  run_matmul(MatmulJob::plan(w.source(), w.kernels(), static_cast<size_t>(pool.size()), &w), x, n_rows, y,
+  run_matmul(MatmulJob::plan(w.source(), w.kernels(), static_cast<size_t>(pool.size()), &w, n_rows), x, n_rows, y,
              pool);
 }
-
-namespace {
 
 void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
   if (n_rows == 0) return;
@@ -180,8 +256,6 @@ void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, T
   const uint8_t* act_bytes = act.get();
   pool.parallel_for(job.n_chunks, [&](size_t c, int) { job.run_chunk(c, act_bytes, n_rows, y); });
 }
-
-}  // namespace
 
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool) {
   matmul(w, x, n_rows, y, pool, kernel_set(best_isa()));

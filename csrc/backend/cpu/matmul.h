@@ -53,7 +53,13 @@ struct MatmulJob {
   size_t act_row_bytes = 0;   // the stride of quantized rows (blocks, then any extras)
   size_t act_extra_at = 0;    // where a row's PackedActExtra entries start; 0: none
   size_t chunk = 0;     // output rows per tile task
-  size_t n_chunks = 0;  // tile tasks
+  size_t n_chunks = 0;  // tile tasks: out_chunks output chunks x row_blocks activation-row blocks
+  size_t out_chunks = 0;
+  // Activation rows per task (the last block takes every row after the
+  // others); 0: each task covers all rows. Set only for calls of many rows
+  // (prefill), where a task over all rows would re-read every activation
+  // row for a sliver of the outputs.
+  size_t row_block = 0;
   // Set when the weight is read from its pack (packed_weights.h): group g of
   // kPackedRows rows at packed + g * packed_group_bytes.
   PackedTileFn packed_tile = nullptr;
@@ -61,13 +67,15 @@ struct MatmulJob {
   size_t packed_group_bytes = 0;
 
   // Validates w (InvalidArgument as matmul does) and sizes the tiles for
-  // `threads` threads. With `pack` (w's pack, made with `kernels`; otherwise
-  // ignored) the tiles read the pack.
+  // `threads` threads and calls of `n_rows` activation rows (0: unknown; a
+  // job runs correctly on any n_rows, the split is only sized for this
+  // one). With `pack` (w's pack, made with `kernels`; otherwise ignored) the
+  // tiles read the pack.
   static MatmulJob plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
-                        const PackedWeight* pack = nullptr);
+                        const PackedWeight* pack = nullptr, size_t n_rows = 0);
   // act row r = quantized x row r, for r in [first, last).
   void quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const;
-  // y[:, chunk c] for all n_rows rows of act.
+  // Task c < n_chunks: y[row block, output chunk] of the n_rows rows of act.
   void run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const;
 };
 
@@ -80,5 +88,10 @@ void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, Thread
 // results are the kernels' for that table and layout (for the packed VNNI
 // layouts: bitwise ref::vec_dot); same contract.
 void matmul(const PackedWeight& w, const float* x, size_t n_rows, float* y, ThreadPool& pool);
+
+// Runs a planned job on `pool`, whatever thread count and n_rows the job's
+// split was sized for (tests check that no split moves a bit; benchmarks
+// time a big machine's split on a small one). Same contract.
+void run_matmul(const MatmulJob& job, const float* x, size_t n_rows, float* y, ThreadPool& pool);
 
 }  // namespace muser::cpu
