@@ -29,6 +29,8 @@ from hypothesis import strategies as st
 
 from muser import _core
 
+from tests.fixtures.gpt2_bytes import gpt2_byte_chars
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 VOCAB_DIR = FIXTURES / "reference" / "tokenizer"
 BPE_VOCABS = sorted(
@@ -114,19 +116,7 @@ def test_smollm2_runs(real_model_path):
 
 # --- synthetic vocabularies: run tokens of one character, merges in any order ---
 
-def _gpt2_byte_chars() -> list[str]:
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return [chars[b] for b in range(256)]
-
-
-BYTE_CHARS = _gpt2_byte_chars()
+BYTE_CHARS = gpt2_byte_chars()
 
 
 def write_run_vocab(path: Path, unit: str, merges: list[tuple[int, int]]) -> str:

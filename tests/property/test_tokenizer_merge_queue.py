@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 from muser import _core
 
+from tests.fixtures.gpt2_bytes import gpt2_byte_chars
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 VOCAB_DIR = FIXTURES / "reference" / "tokenizer"
 VOCABS = sorted(p.name[len("ggml-vocab-"):-len(".gguf")] for p in VOCAB_DIR.glob("ggml-vocab-*.gguf"))
@@ -112,19 +114,6 @@ def test_real_models_give_the_same_ids_on_generated_text(key, real_model_path, t
 
 # --- byte-level BPE against a direct Python statement of the merge loop ---
 
-def _gpt2_byte_chars() -> list[str]:
-    """GPT-2's printable stand-in for each byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return [chars[b] for b in range(256)]
-
-
 class BpeReference:
     """llama.cpp's BPE merge for one pre-tokenizer word: merge the adjacent
     pair of lowest rank, the leftmost among equals, until none has a rank."""
@@ -136,7 +125,7 @@ class BpeReference:
         for rank, merge in enumerate(metadata["tokenizer.ggml.merges"]):
             left, right = merge.split(" ", 1)
             self.ranks.setdefault((left, right), rank)
-        self.byte_chars = _gpt2_byte_chars()
+        self.byte_chars = gpt2_byte_chars()
 
     def encode_word(self, word: str) -> list[int]:
         symbols = [self.byte_chars[b] for b in word.encode("utf-8")]
