@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "tokenizer/merge_queue.h"
 #include "tokenizer/regex_matcher.h"
+#include "tokenizer/thread_scratch.h"
 #include "tokenizer/unicode_text.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,9 +45,11 @@ void bind_testing_tokenizer(nb::module_& testing) {
           kind = MergeQueueKind::Heap;
         } else if (queue == "buckets") {
           kind = MergeQueueKind::Buckets;
+        } else if (queue == "runs") {
+          kind = MergeQueueKind::ByteRuns;
         } else if (queue != "auto") {
-          throw InvalidArgument("[testing] tokenizer_encode: queue must be 'auto', 'heap' or 'buckets', got '" +
-                                queue + "'");
+          throw InvalidArgument(
+              "[testing] tokenizer_encode: queue must be 'auto', 'heap', 'buckets' or 'runs', got '" + queue + "'");
         }
         nb::gil_scoped_release release;
         return tok.encode(text, add_special, parse_special, nullptr, kind);
@@ -54,7 +57,38 @@ void bind_testing_tokenizer(nb::module_& testing) {
       nb::arg("tokenizer"), nb::arg("text"), nb::arg("queue"), nb::arg("add_special") = false,
       nb::arg("parse_special") = false,
       "Tokenizer.encode(text) with every word merged through `queue`: 'heap' (the binary heap),\n"
-      "'buckets' (MergeQueue) or 'auto' (what encode does: buckets for long words only).");
+      "'buckets' (MergeQueue) or 'auto' (what encode does: buckets for long words only, the\n"
+      "byte-run shortcut for long runs of one byte where it applies); 'runs' is 'auto' with the\n"
+      "shortcut for runs of every length. 'heap' and 'buckets' never take the shortcut.");
+  testing.def(
+      "utf8_decode",
+      [](nb::bytes data, bool fast) {
+        const std::string_view text(data.c_str(), data.size());
+        std::vector<std::pair<uint32_t, size_t>> out;
+        size_t offset = 0;
+        while (offset < text.size()) {
+          const uint32_t cp = fast ? unicode::decode_one_fast(text, offset) : unicode::decode_one(text, offset);
+          out.emplace_back(cp, offset);
+        }
+        return out;
+      },
+      nb::arg("data"), nb::arg("fast"),
+      "(code point, offset after it) for each step of decoding `data` with unicode::decode_one_fast\n"
+      "(fast=True, what the pre-tokenizer uses) or unicode::decode_one.");
+  testing.def(
+      "tokenizer_kept_scratch_bytes",
+      [] { return std::make_pair(Tokenizer::kept_scratch_bytes(), kept_id_buffer_bytes()); },
+      "(BPE work buffers, ids buffer): bytes the calling thread keeps between Tokenizer.encode calls.");
+  testing.def("tokenizer_kept_scratch_limit", [] { return kKeptScratchBytes; },
+              "The most bytes of each kind the calling thread keeps between encode calls.");
+  testing.def(
+      "tokenizer_byte_run_shortcut",
+      [](const Tokenizer& tok, int byte) {
+        if (byte < 0 || byte > 255) throw InvalidArgument("[testing] tokenizer_byte_run_shortcut: byte outside 0..255");
+        return tok.byte_run_shortcut(static_cast<uint8_t>(byte));
+      },
+      nb::arg("tokenizer"), nb::arg("byte"),
+      "Whether BPE words made of `byte` repeated take the run shortcut (csrc/tokenizer/byte_runs.h).");
   testing.def(
       "merge_queue_pops",
       [](const std::vector<std::pair<int64_t, int32_t>>& operations) {

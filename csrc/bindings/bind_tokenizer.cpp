@@ -5,8 +5,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
+
 #include "bindings/bindings.h"
 #include "core/error.h"
+#include "tokenizer/thread_scratch.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nb = nanobind;
@@ -64,6 +67,12 @@ nb::typed<nb::list, int> id_list(const std::vector<int32_t>& ids) {
   return nb::typed<nb::list, int>(nb::steal<nb::list>(list));
 }
 
+struct IdBuffer {
+  std::vector<int32_t> ids;
+  size_t capacity_bytes() const { return ids.capacity() * sizeof(int32_t); }
+};
+thread_local std::unique_ptr<IdBuffer> kept_ids;
+
 std::vector<int32_t> token_ids(const std::vector<int64_t>& tokens, int32_t n_vocab) {
   std::vector<int32_t> ids;
   ids.reserve(tokens.size());
@@ -89,6 +98,8 @@ nb::bytes to_bytes(std::string_view s) { return nb::bytes(s.data(), s.size()); }
 
 }  // namespace
 
+size_t kept_id_buffer_bytes() { return kept_ids ? kept_ids->capacity_bytes() : 0; }
+
 void init_tokenizer(nb::module_& m) {
   nb::class_<Tokenizer>(m, "Tokenizer",
                         "Text <-> token ids from a GGUF vocabulary, identical to llama.cpp's tokenizer.\n"
@@ -109,12 +120,15 @@ void init_tokenizer(nb::module_& m) {
           [](const Tokenizer& tok, nb::handle text, bool add_special, bool parse_special,
              std::shared_ptr<CancelToken> cancel) {
             const std::string_view bytes = text_bytes(text);
-            std::vector<int32_t> ids;
+            // The ids buffer is the thread's, kept between calls within a
+            // bound (csrc/tokenizer/thread_scratch.h): fresh pages for
+            // millions of ids each call cost more than filling them.
+            const ScratchLease<IdBuffer> ids(kept_ids, kKeptScratchBytes);
             {
               nb::gil_scoped_release release;
-              ids = tok.encode(bytes, add_special, parse_special, cancel.get());
+              tok.encode_into(bytes, add_special, parse_special, ids->ids, cancel.get());
             }
-            return id_list(ids);
+            return id_list(ids->ids);
           },
           nb::arg("text"), nb::arg("add_special") = true, nb::arg("parse_special") = false,
           nb::arg("cancel").none() = nb::none(),

@@ -1,6 +1,8 @@
 // One init function per bound area; module.cpp calls them in order.
 #pragma once
 
+#include <cstddef>
+
 #include <nanobind/nanobind.h>
 
 namespace muser::bindings {
@@ -19,5 +21,8 @@ void init_scheduler(nanobind::module_& m);
 void init_schedule(nanobind::module_& m);
 void init_serve(nanobind::module_& m);
 void init_tokenizer(nanobind::module_& m);
+// Bytes the calling thread keeps between Tokenizer.encode calls for ids
+// (bind_tokenizer.cpp; for tests of the bound).
+size_t kept_id_buffer_bytes();
 
 }  // namespace muser::bindings

@@ -18,9 +18,12 @@ namespace muser {
 
 // Which priority queue the BPE and SentencePiece merge loops use. Both give
 // the same tokens; Auto takes the binary heap for short words and the
-// bucketed MergeQueue (merge_queue.h) for long ones. Heap and Buckets force
-// one for every word, so tests can compare them.
-enum class MergeQueueKind { Auto, Heap, Buckets };
+// bucketed MergeQueue (merge_queue.h) for long ones, and BPE words made of
+// one repeated byte take the run shortcut (byte_runs.h) where it applies.
+// Heap and Buckets force one queue for every word and never take the
+// shortcut (the general loop); ByteRuns is Auto with the shortcut at every
+// run length, so tests can compare them all.
+enum class MergeQueueKind { Auto, Heap, Buckets, ByteRuns };
 
 class EncodeControl {
  public:
@@ -34,7 +37,22 @@ class EncodeControl {
   static constexpr size_t kLongWordSymbols = 256;
 
   bool use_buckets(size_t symbols) const {
-    return queue_ == MergeQueueKind::Buckets || (queue_ == MergeQueueKind::Auto && symbols >= kLongWordSymbols);
+    return queue_ == MergeQueueKind::Buckets ||
+           ((queue_ == MergeQueueKind::Auto || queue_ == MergeQueueKind::ByteRuns) && symbols >= kLongWordSymbols);
+  }
+
+  // Runs of one byte shorter than this merge through the queue under Auto:
+  // the shortcut walks every merge of the byte's runs, which costs more
+  // than a few pops (and short runs mostly hit the word memo anyway).
+  static constexpr size_t kMinRunShortcutBytes = 16;
+
+  // Whether a BPE word of `bytes` copies of one byte, whose runs have
+  // `run_merges` merges, takes the run shortcut. Under Auto only from a
+  // length at which its work (about run_merges steps) stays below the
+  // general loop's (a few steps per byte).
+  bool use_byte_runs(size_t bytes, size_t run_merges) const {
+    if (queue_ == MergeQueueKind::ByteRuns) return true;
+    return queue_ == MergeQueueKind::Auto && bytes >= kMinRunShortcutBytes && 4 * bytes >= run_merges;
   }
 
   // Counts `units` of work (a byte of text, a merge step); throws Cancelled

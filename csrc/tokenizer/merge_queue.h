@@ -42,6 +42,14 @@ class MergeQueue {
 
   bool empty() const { return active_.empty(); }
 
+  // Bytes of memory held (for the per-thread scratch bound).
+  size_t capacity_bytes() const {
+    size_t bytes = buckets_.capacity() * sizeof(Bucket) + active_.capacity() * sizeof(uint32_t) +
+                   table_.capacity() * sizeof(TableSlot);
+    for (const Bucket& b : buckets_) bytes += (b.run.capacity() + b.late.capacity()) * sizeof(Entry);
+    return bytes;
+  }
+
   // Lower priorities pop first; among equal priorities, lower `left` first.
   void push(uint32_t priority, const Entry& entry) {
     Bucket& bucket = buckets_[bucket_of(priority)];

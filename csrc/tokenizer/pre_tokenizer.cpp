@@ -309,61 +309,92 @@ PreTokenizer::PreTokenizer(const std::vector<const char*>& patterns) {
   for (const char* p : patterns) regexes_.emplace_back(p);
 }
 
-void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<std::pair<uint32_t, uint32_t>>& words,
-                         PreTokenizerScratch& s, EncodeControl& control) const {
+namespace {
+
+// Bytes of a code point in canonical UTF-8 (as `clean` holds it); without
+// branches, which random text would mispredict.
+inline uint32_t utf8_bytes(uint32_t cp) {
+  return 1u + static_cast<uint32_t>(cp >= 0x80) + static_cast<uint32_t>(cp >= 0x800) +
+         static_cast<uint32_t>(cp >= 0x10000);
+}
+
+// Code points of valid UTF-8 (invalid bytes may decode to more: then the
+// vector grows as usual). Counts the bytes that do not continue a sequence.
+size_t lead_bytes(std::string_view text) {
+  size_t count = 0;
+  for (const char c : text) count += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+  return count;
+}
+
+// Byte offsets in `clean` of code-point indices asked for in ascending
+// order: a cursor summing the code points' UTF-8 lengths (the pieces of the
+// last pass arrive in order, so one walk over the code points serves all).
+class ByteCursor {
+ public:
+  explicit ByteCursor(const std::vector<uint32_t>& code_points) : cps_(code_points.data()) {}
+  uint32_t at(size_t index) {
+    for (; cp_ < index; ++cp_) byte_ += utf8_bytes(cps_[cp_]);
+    return byte_;
+  }
+
+ private:
+  const uint32_t* cps_;
+  size_t cp_ = 0;
+  uint32_t byte_ = 0;
+};
+
+}  // namespace
+
+void PreTokenizer::split(std::string_view text, std::string& buffer, std::string_view& clean_view,
+                         std::vector<std::pair<uint32_t, uint32_t>>& words, PreTokenizerScratch& s,
+                         EncodeControl& control) const {
   words.clear();
+  std::string& clean = buffer;
   clean.clear();
   s.code_points.clear();
-  s.byte_offset.clear();
   size_t offset = 0;
-  s.code_points.reserve(text.size());
-  s.byte_offset.reserve(text.size() + 1);
+  s.code_points.reserve(lead_bytes(text));
   // Canonical re-encoding, like llama.cpp: overlong forms shrink, bad bytes
   // become U+FFFD. A code point read from exactly as many bytes as its
   // canonical form has was that form (decoding keeps every payload bit), so
-  // while that holds `clean` is a prefix of `text` and is copied at the end
-  // instead of being re-encoded one code point at a time.
+  // while that holds `clean` is a prefix of `text`, and when it holds to
+  // the end the text itself is the clean text (random Unicode was copied,
+  // megabytes, for nothing). Either way a code point's bytes in the clean
+  // text are its canonical length (ByteCursor).
   bool same_as_text = true;
   while (offset < text.size()) {
     const size_t before = offset;
-    const uint32_t cp = unicode::decode_one(text, offset);
+    const uint32_t cp = unicode::decode_one_fast(text, offset);
     s.code_points.push_back(cp);
     // Decoding a 16 Mi-character text takes tens of milliseconds before the
     // first match: it reports its work too, so a cancel is seen meanwhile.
     if ((s.code_points.size() & (kDecodeReportEvery - 1)) == 0) control.work(kDecodeReportEvery);
     if (same_as_text) {
-      const size_t canonical = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-      if (offset - before == canonical) {
-        s.byte_offset.push_back(static_cast<uint32_t>(before));
-        continue;
-      }
+      if (offset - before == utf8_bytes(cp)) continue;
       same_as_text = false;
       clean.reserve(text.size() + text.size() / 2);
       clean.assign(text.data(), before);
     }
-    s.byte_offset.push_back(static_cast<uint32_t>(clean.size()));
     if (cp < 0x80) {
       clean.push_back(static_cast<char>(cp));
     } else {
       unicode::append_utf8(clean, cp);
     }
   }
-  if (same_as_text) clean.assign(text.data(), text.size());
+  clean_view = same_as_text ? text : std::string_view(clean);
   const size_t n = s.code_points.size();
-  s.byte_offset.push_back(static_cast<uint32_t>(clean.size()));
   if (n == 0) return;
   // Ordinary text takes tens of steps per character and regex; the limit
   // is a safety net against pathological backtracking.
   s.regex.steps = 0;
+  s.regex.stack.clear();  // a kept scratch may hold frames of a search that threw
   s.regex.step_limit = 100'000'000ull + 1'000ull * n * regexes_.size();
 
   bool have_collapsed = false, have_wide = false;
-  // At most one piece per code point: reserved (untouched memory) so that
-  // text making a word of every character or two does not regrow them.
-  s.pieces.reserve(n);
-  s.next_pieces.reserve(n);
   s.pieces.assign(1, {0u, static_cast<uint32_t>(n)});
-  for (const Regex& re : regexes_) {
+  ByteCursor bytes(s.code_points);
+  for (size_t pass = 0; pass < regexes_.size(); ++pass) {
+    const Regex& re = regexes_[pass];
     std::vector<uint32_t>* symbols = nullptr;
     if (re.view() == SymbolView::Collapsed) {
       if (!have_collapsed) {
@@ -384,21 +415,31 @@ void PreTokenizer::split(std::string_view text, std::string& clean, std::vector<
       }
       symbols = &s.wide;
     }
+    // The last pass writes the words (byte ranges) directly; the others
+    // write the code-point ranges the next pass re-splits.
+    const bool last = pass + 1 == regexes_.size();
     s.next_pieces.clear();
+    auto emit = [&](size_t begin, size_t end) {
+      if (last) {
+        const uint32_t byte_begin = bytes.at(begin);  // before at(end): the cursor only advances
+        words.emplace_back(byte_begin, bytes.at(end));
+      } else {
+        s.next_pieces.emplace_back(static_cast<uint32_t>(begin), static_cast<uint32_t>(end));
+      }
+    };
     for (const auto& [begin, end] : s.pieces) {
       size_t kept = begin, from = begin, mb = 0, me = 0;
       while (from < end && re.search(symbols->data(), begin, end, from, mb, me, s.regex)) {
-        if (mb > kept) s.next_pieces.emplace_back(static_cast<uint32_t>(kept), static_cast<uint32_t>(mb));
-        s.next_pieces.emplace_back(static_cast<uint32_t>(mb), static_cast<uint32_t>(me));
+        if (mb > kept) emit(kept, mb);
+        emit(mb, me);
         control.work(me - from);
         kept = from = me;
       }
-      if (kept < end) s.next_pieces.emplace_back(static_cast<uint32_t>(kept), end);
+      if (kept < end) emit(kept, end);
     }
-    s.pieces.swap(s.next_pieces);
+    if (!last) s.pieces.swap(s.next_pieces);
   }
-  words.reserve(s.pieces.size());
-  for (const auto& [begin, end] : s.pieces) words.emplace_back(s.byte_offset[begin], s.byte_offset[end]);
+  if (regexes_.empty()) words.emplace_back(0u, static_cast<uint32_t>(clean_view.size()));
 }
 
 }  // namespace muser::pretok

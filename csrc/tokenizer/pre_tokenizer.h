@@ -35,27 +35,36 @@ std::vector<std::string> known_pre_tokenizer_names();
 
 struct PreTokenizerScratch {
   std::vector<uint32_t> code_points;
-  std::vector<uint32_t> byte_offset;  // per code point, into the clean text; +1 sentinel
   std::vector<uint32_t> collapsed;
   std::vector<uint32_t> wide;
   std::vector<std::pair<uint32_t, uint32_t>> pieces;
   std::vector<std::pair<uint32_t, uint32_t>> next_pieces;
   RegexScratch regex;
+
+  // Bytes of memory held (for the per-thread scratch bound).
+  size_t capacity_bytes() const {
+    return (code_points.capacity() + collapsed.capacity() + wide.capacity()) *
+               sizeof(uint32_t) +
+           (pieces.capacity() + next_pieces.capacity()) * sizeof(std::pair<uint32_t, uint32_t>) +
+           regex.stack.capacity() * sizeof(RegexScratch::Frame);
+  }
 };
 
 class PreTokenizer {
  public:
   explicit PreTokenizer(const std::vector<const char*>& patterns);
 
-  // Splits `text` into words. `clean` receives the text re-encoded from its
-  // code points as llama.cpp reads them (invalid bytes become U+FFFD,
-  // overlong forms are shortened);
-  // `words` receives byte ranges [begin, end) into `clean`, in order,
-  // covering it completely. Thread-safe (all state is in `scratch`).
+  // Splits `text` into words. `clean` receives the text as llama.cpp
+  // reads it: its code points re-encoded (invalid bytes become U+FFFD,
+  // overlong forms are shortened). That is `text` itself when `text` is
+  // already canonical UTF-8 (no copy), else `buffer`, which receives the
+  // re-encoding. `words` receives byte ranges [begin, end) into `clean`, in
+  // order, covering it completely. Thread-safe (all state is in `scratch`).
   // `control` is told the code points each regex pass goes through (and
   // may throw Cancelled between matches).
-  void split(std::string_view text, std::string& clean, std::vector<std::pair<uint32_t, uint32_t>>& words,
-             PreTokenizerScratch& scratch, EncodeControl& control) const;
+  void split(std::string_view text, std::string& buffer, std::string_view& clean,
+             std::vector<std::pair<uint32_t, uint32_t>>& words, PreTokenizerScratch& scratch,
+             EncodeControl& control) const;
 
  private:
   std::vector<Regex> regexes_;

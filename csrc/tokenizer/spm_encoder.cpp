@@ -122,15 +122,11 @@ void Tokenizer::encode_spm_word(const std::string& text, size_t begin, size_t en
                                 SpmMemo& memo, EncodeControl& control) const {
   const std::string_view word(text.data() + begin, end - begin);
   control.work(word.size());
-  size_t first = 0, count = 0;
   uint64_t hash = 0;
-  if (memo.words.find(word, first, count, hash)) {
-    append_earlier_ids(out, first, count);
-    return;
-  }
+  if (memo.words.append_if_known(word, out, hash)) return;
   const size_t before = out.size();
   encode_spm_part(text, begin, end, out, memo, control);
-  memo.words.store(word, hash, before, out.size() - before);
+  memo.words.store(word, hash, out, before);
 }
 
 void Tokenizer::encode_spm_part(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out,

@@ -4,23 +4,6 @@
 
 namespace muser {
 
-uint64_t hash_bytes(const char* data, size_t size) {
-  uint64_t h = 0xcbf29ce484222325ULL ^ (size * 0x9E3779B97F4A7C15ULL);
-  size_t i = 0;
-  for (; i + 8 <= size; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, data + i, 8);
-    h = (h ^ w) * 0x100000001b3ULL;
-    h ^= h >> 29;
-  }
-  uint64_t tail = 0;
-  for (size_t k = 0; i < size; ++i, ++k) tail |= static_cast<uint64_t>(static_cast<uint8_t>(data[i])) << (8 * k);
-  h = (h ^ tail) * 0x100000001b3ULL;
-  h ^= h >> 32;
-  h *= 0xd6e8feb86659fd93ULL;
-  h ^= h >> 32;
-  return h;
-}
 
 void TokenTextMap::reserve(size_t n) {
   size_t cap = 16;
@@ -99,16 +82,6 @@ void MergeMap::insert(int32_t left, int32_t right, Merge merge) {
       return;
     }
     if (s.key == key) return;
-  }
-}
-
-MergeMap::Merge MergeMap::find(int32_t left, int32_t right) const {
-  if (slots_.empty()) return {};
-  const uint64_t key = key_of(left, right);
-  for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
-    const Slot& s = slots_[i];
-    if (s.merge.rank < 0) return {};
-    if (s.key == key) return s.merge;
   }
 }
 

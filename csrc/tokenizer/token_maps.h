@@ -5,13 +5,31 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
 namespace muser {
 
 // 64-bit hash of a byte string (FNV-1a over 8-byte words, then mixed).
-uint64_t hash_bytes(const char* data, size_t size);
+// Inline: the word memo hashes every word of a text.
+inline uint64_t hash_bytes(const char* data, size_t size) {
+  uint64_t h = 0xcbf29ce484222325ULL ^ (size * 0x9E3779B97F4A7C15ULL);
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, data + i, 8);
+    h = (h ^ w) * 0x100000001b3ULL;
+    h ^= h >> 29;
+  }
+  uint64_t tail = 0;
+  for (size_t k = 0; i < size; ++i, ++k) tail |= static_cast<uint64_t>(static_cast<uint8_t>(data[i])) << (8 * k);
+  h = (h ^ tail) * 0x100000001b3ULL;
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ULL;
+  h ^= h >> 32;
+  return h;
+}
 
 // Maps token text to id. Keys live in one arena the owner keeps alive and
 // unmoved (the Tokenizer's text arena); slots store offsets into it, which
@@ -61,7 +79,16 @@ class MergeMap {
   };
   // Keeps the first (lowest-rank) entry for a pair, as llama.cpp does.
   void insert(int32_t left, int32_t right, Merge merge);
-  Merge find(int32_t left, int32_t right) const;
+  // Inline: the BPE merge loop asks for every new pair.
+  Merge find(int32_t left, int32_t right) const {
+    if (slots_.empty()) return {};
+    const uint64_t key = key_of(left, right);
+    for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.merge.rank < 0) return {};
+      if (s.key == key) return s.merge;
+    }
+  }
   void reserve(size_t n);
   size_t size() const { return count_; }
 

@@ -44,19 +44,17 @@ std::string_view Tokenizer::piece_bytes(int32_t id, bool special) const {
   return std::string_view(piece_arena_).substr(piece_offset_[id], piece_offset_[id + 1] - piece_offset_[id]);
 }
 
-void Tokenizer::append_earlier_ids(std::vector<int32_t>& out, size_t first, size_t count) {
-  // An exact-size reserve here reallocated (and copied every id so far) on
-  // each memo hit, which made "7" * n quadratic; doubling keeps it amortized.
-  const size_t needed = out.size() + count;
-  if (needed > out.capacity()) out.reserve(std::max(needed, 2 * out.capacity()));
-  // No reallocation below (capacity suffices), so the source stays valid.
-  for (size_t k = 0; k < count; ++k) out.push_back(out[first + k]);
-}
-
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
                                        const CancelToken* cancel, MergeQueueKind queue) const {
-  EncodeControl control(cancel, queue);
   std::vector<int32_t> out;
+  encode_into(text, add_special, parse_special, out, cancel, queue);
+  return out;
+}
+
+void Tokenizer::encode_into(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t>& out,
+                            const CancelToken* cancel, MergeQueueKind queue) const {
+  EncodeControl control(cancel, queue);
+  out.clear();
   // Room for one id per byte: byte-level BPE never emits more except for
   // bytes with no token of their own (then it grows as usual). Reserving
   // touches no memory, and random Unicode emits ~0.8 ids a byte, so a
@@ -88,7 +86,6 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     encode_bpe_fragments(text, fragments, out, control);
   }
   if (add_special && add_eos_) out.push_back(eos_);
-  return out;
 }
 
 std::string Tokenizer::decode(const int32_t* ids, size_t n, bool remove_special, bool unparse_special) const {

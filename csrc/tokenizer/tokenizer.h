@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/cancel_token.h"
+#include "tokenizer/byte_runs.h"
 #include "tokenizer/encode_control.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/special_tokens.h"
@@ -55,6 +56,10 @@ class Tokenizer {
   // is for tests (every kind gives the same ids).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
                               const CancelToken* cancel = nullptr, MergeQueueKind queue = MergeQueueKind::Auto) const;
+  // The same into `out` (cleared first), so a caller can keep its memory
+  // between calls.
+  void encode_into(std::string_view text, bool add_special, bool parse_special, std::vector<int32_t>& out,
+                   const CancelToken* cancel = nullptr, MergeQueueKind queue = MergeQueueKind::Auto) const;
 
   // Bytes of the text for `ids`, as llama.cpp's llama_detokenize: with
   // remove_special a leading BOS / trailing EOS are dropped (when the
@@ -104,6 +109,16 @@ class Tokenizer {
     kAttrUserDefined = 1 << 4, kAttrByte = 1 << 5, kAttrLstrip = 1 << 7, kAttrRstrip = 1 << 8,
   };
 
+  // Byte-level BPE: whether a word made of `byte` repeated is merged by the
+  // run shortcut (byte_runs.h) rather than the general loop (for tests).
+  bool byte_run_shortcut(uint8_t byte) const {
+    return kind_ == TokenizerKind::BytePairEncoding && byte_runs_.size() == 256 && byte_runs_[byte].level_ordered;
+  }
+
+  // Bytes of BPE work buffers the calling thread keeps for its next encode
+  // call (at most kKeptScratchBytes; see thread_scratch.h). For tests.
+  static size_t kept_scratch_bytes();
+
   // Whether a token has a U+2581 that follows another character (such a
   // token can span a SentencePiece word boundary; see spm_encoder.cpp).
   static bool token_spans_space(std::string_view token);
@@ -129,15 +144,12 @@ class Tokenizer {
   // BPE: one raw fragment (pre-tokenized, words memoised); one word's merges.
   void encode_bpe(std::string_view text, std::vector<int32_t>& out, BpeScratch& scratch, WordMemo& memo,
                   EncodeControl& control) const;
-  void encode_bpe_word(const std::string& clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
+  void encode_bpe_word(std::string_view clean, uint32_t word_begin, uint32_t word_end, std::vector<int32_t>& out,
                        BpeScratch& scratch, EncodeControl& control) const;
   // The BPE fragments of one encode call (pre-tokenizer, word memo, merges).
   void encode_bpe_fragments(std::string_view text, const std::vector<TextFragment>& fragments,
                             std::vector<int32_t>& out, EncodeControl& control) const;
   void spm_byte_fallback(const char* bytes, size_t n, std::vector<int32_t>& out) const;
-  // Appends out[first, first + count) to `out` (a memoized word's ids),
-  // keeping the vector's geometric growth so encoding stays linear.
-  static void append_earlier_ids(std::vector<int32_t>& out, size_t first, size_t count);
 
   TokenizerKind kind_ = TokenizerKind::SentencePiece;
   std::string model_name_;
@@ -169,14 +181,24 @@ class Tokenizer {
   // BPE: per byte whose character has no token, the ids llama.cpp emits
   // instead (each byte of the character's UTF-8 that is itself a token).
   // Random Unicode hits this constantly (smollm2 has no token for the lead
-  // bytes 0xF1 and 0xF2), so it is looked up once at load.
-  std::vector<std::vector<int32_t>> byte_char_fallback_;
+  // bytes 0xF1 and 0xF2), so it is looked up once at load. A GPT-2 alphabet
+  // character has at most 2 bytes, so at most 2 ids.
+  struct ByteFallback {
+    int32_t count = 0;
+    int32_t ids[2] = {-1, -1};
+  };
+  std::vector<ByteFallback> byte_char_fallback_;
   // BPE: bit (a << 8 | b) set when the tokens of bytes a and b (both
   // present) have a merge. A word's first pairs are looked up here before
   // the merge map: on random Unicode most have none, and the map's misses
   // went to L2 or memory.
   std::vector<uint64_t> byte_pair_merges_;
+  // BPE: the merge of those byte pairs (rank -1: none), 512 KB.
+  std::vector<MergeMap::Merge> byte_pair_merge_;
   MergeMap merges_;
+  // BPE: per byte, the merges among tokens that are that byte repeated
+  // (for words that are a run of one byte; see byte_runs.h).
+  std::vector<ByteRunMerges> byte_runs_;
   std::unique_ptr<pretok::PreTokenizer> pre_tokenizer_;
   bool ignore_merges_ = false;
   bool clean_spaces_ = false;

@@ -206,6 +206,7 @@ class TokenizerLoader {
     }
     Tokenizer& tk = t();
     tk.merges_.reserve(merges->count);
+    tk.byte_runs_.assign(256, ByteRunMerges{});
     std::string joined;
     for (uint64_t i = 0; i < merges->count; ++i) {
       const std::string_view m = merges->strings[i];
@@ -225,6 +226,13 @@ class TokenizerLoader {
             "' names a token that is not in tokenizer.ggml.tokens");
       }
       tk.merges_.insert(left_id, right_id, MergeMap::Merge{static_cast<int32_t>(i), result_id});
+      // A merge of two runs of the same byte (kept only if it is the one
+      // the map holds for that pair: the first).
+      const int run_byte = byte_of_run_text(left);
+      if (run_byte >= 0 && byte_of_run_text(right) == run_byte &&
+          tk.merges_.find(left_id, right_id).rank == static_cast<int32_t>(i)) {
+        tk.byte_runs_[run_byte].merges.push_back(ByteRunMerge{static_cast<int32_t>(i), left_id, right_id, result_id});
+      }
     }
   }
 
@@ -517,20 +525,30 @@ class TokenizerLoader {
         tk.byte_char_token_[b] = tk.text_to_id_.find(byte_level::utf8_of_byte(static_cast<uint8_t>(b)));
       }
       tk.byte_pair_merges_.assign(65536 / 64, 0);
+      tk.byte_pair_merge_.assign(65536, MergeMap::Merge{});
       for (uint32_t a = 0; a < 256; ++a) {
         for (uint32_t b = 0; b < 256; ++b) {
           const int32_t left = tk.byte_char_token_[a], right = tk.byte_char_token_[b];
-          if (left >= 0 && right >= 0 && tk.merges_.find(left, right).rank >= 0) {
+          if (left < 0 || right < 0) continue;
+          const MergeMap::Merge m = tk.merges_.find(left, right);
+          if (m.rank >= 0) {
             tk.byte_pair_merges_[(a << 8 | b) >> 6] |= uint64_t{1} << ((a << 8 | b) & 63);
+            tk.byte_pair_merge_[a << 8 | b] = m;
           }
         }
       }
-      tk.byte_char_fallback_.assign(256, {});
+      tk.byte_runs_.resize(256);
+      for (int b = 0; b < 256; ++b) {
+        tk.byte_runs_[b].byte_token = tk.byte_char_token_[b];
+        finish_byte_run_merges(tk.byte_runs_[b]);
+      }
+      tk.byte_char_fallback_.assign(256, Tokenizer::ByteFallback{});
       for (int b = 0; b < 256; ++b) {
         if (tk.byte_char_token_[b] >= 0) continue;
         for (char c : byte_level::utf8_of_byte(static_cast<uint8_t>(b))) {
           const int32_t id = tk.text_to_id_.find(&c, 1);
-          if (id >= 0) tk.byte_char_fallback_[b].push_back(id);
+          Tokenizer::ByteFallback& f = tk.byte_char_fallback_[b];
+          if (id >= 0) f.ids[f.count++] = id;
         }
       }
     }

@@ -79,38 +79,6 @@ const CollapsedTable& collapsed_table() {
 
 }  // namespace
 
-uint32_t decode_one(std::string_view text, size_t& offset) {
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
-  const size_t n = text.size();
-  const uint8_t b0 = byte(offset);
-  if (b0 < 0x80) {
-    offset += 1;
-    return b0;
-  }
-  const auto is_cont = [&](size_t i) { return i < n && (byte(i) & 0xC0) == 0x80; };
-  if ((b0 & 0xE0) == 0xC0 && is_cont(offset + 1)) {
-    const uint32_t cp = ((b0 & 0x1Fu) << 6) | (byte(offset + 1) & 0x3Fu);
-    offset += 2;
-    return cp;
-  }
-  if ((b0 & 0xF0) == 0xE0 && is_cont(offset + 1) && is_cont(offset + 2)) {
-    const uint32_t cp =
-        ((b0 & 0x0Fu) << 12) | ((byte(offset + 1) & 0x3Fu) << 6) | (byte(offset + 2) & 0x3Fu);
-    offset += 3;
-    return cp;
-  }
-  if ((b0 & 0xF8) == 0xF0 && is_cont(offset + 1) && is_cont(offset + 2) && is_cont(offset + 3)) {
-    const uint32_t cp = ((b0 & 0x07u) << 18) | ((byte(offset + 1) & 0x3Fu) << 12) |
-                        ((byte(offset + 2) & 0x3Fu) << 6) | (byte(offset + 3) & 0x3Fu);
-    offset += 4;
-    // Values past U+10FFFF make llama.cpp throw while re-encoding; we read
-    // them as the replacement character instead of failing.
-    return cp <= kMaxCodePoint ? cp : kReplacementChar;
-  }
-  offset += 1;
-  return kReplacementChar;
-}
-
 std::vector<uint32_t> decode_utf8(std::string_view text) {
   std::vector<uint32_t> out;
   out.reserve(text.size());

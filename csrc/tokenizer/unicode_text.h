@@ -31,7 +31,79 @@ inline size_t utf8_sequence_length(uint8_t lead) {
 }
 
 // Decodes one code point at `offset` and advances it (always by >= 1).
-uint32_t decode_one(std::string_view text, size_t& offset);
+// Inline: the pre-tokenizer calls it once per character.
+inline uint32_t decode_one(std::string_view text, size_t& offset) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
+  const size_t n = text.size();
+  const uint8_t b0 = byte(offset);
+  if (b0 < 0x80) {
+    offset += 1;
+    return b0;
+  }
+  const auto is_cont = [&](size_t i) { return i < n && (byte(i) & 0xC0) == 0x80; };
+  if ((b0 & 0xE0) == 0xC0 && is_cont(offset + 1)) {
+    const uint32_t cp = ((b0 & 0x1Fu) << 6) | (byte(offset + 1) & 0x3Fu);
+    offset += 2;
+    return cp;
+  }
+  if ((b0 & 0xF0) == 0xE0 && is_cont(offset + 1) && is_cont(offset + 2)) {
+    const uint32_t cp =
+        ((b0 & 0x0Fu) << 12) | ((byte(offset + 1) & 0x3Fu) << 6) | (byte(offset + 2) & 0x3Fu);
+    offset += 3;
+    return cp;
+  }
+  if ((b0 & 0xF8) == 0xF0 && is_cont(offset + 1) && is_cont(offset + 2) && is_cont(offset + 3)) {
+    const uint32_t cp = ((b0 & 0x07u) << 18) | ((byte(offset + 1) & 0x3Fu) << 12) |
+                        ((byte(offset + 2) & 0x3Fu) << 6) | (byte(offset + 3) & 0x3Fu);
+    offset += 4;
+    // Values past U+10FFFF make llama.cpp throw while re-encoding; we read
+    // them as the replacement character instead of failing.
+    return cp <= kMaxCodePoint ? cp : kReplacementChar;
+  }
+  offset += 1;
+  return kReplacementChar;
+}
+
+
+// decode_one for a sequence with 4 readable bytes at `p`, without a branch
+// on its length (random text mispredicted one per character): the length
+// comes from a table on the lead byte's top 5 bits, the continuation bytes
+// are checked with one mask, and the code point is assembled as if 4 bytes
+// long, then shifted down. Returns 0 (the caller then uses decode_one)
+// when the lead byte cannot start a sequence or a continuation byte is
+// wrong; else the sequence's length, with `cp` exactly what decode_one
+// gives for it (overlong forms and surrogates included; past U+10FFFF,
+// U+FFFD).
+inline uint32_t decode_four_readable(const unsigned char* p, uint32_t& cp) {
+  static constexpr uint8_t kLength[32] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 3, 3, 4, 0};
+  static constexpr uint32_t kContinuationMask[5] = {0, 0, 0xC000, 0xC0C000, 0xC0C0C000};
+  static constexpr uint32_t kContinuationBits[5] = {0, 0, 0x8000, 0x808000, 0x80808000};
+  static constexpr uint32_t kLeadMask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+  const uint32_t length = kLength[p[0] >> 3];
+  const uint32_t word = uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+  if (length == 0 || (word & kContinuationMask[length]) != kContinuationBits[length]) return 0;
+  const uint32_t all = ((p[0] & kLeadMask[length]) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) |
+                       (p[3] & 0x3Fu);
+  const uint32_t value = all >> (6 * (4 - length));
+  cp = value <= kMaxCodePoint ? value : kReplacementChar;
+  return length;
+}
+
+// decode_one, faster on text with characters of mixed lengths: the same
+// code point and advance for every input (tests compare them on random
+// bytes: tests/property/test_utf8_decode.py).
+inline uint32_t decode_one_fast(std::string_view text, size_t& offset) {
+  uint32_t cp = 0;
+  if (offset + 4 <= text.size()) {
+    const uint32_t length = decode_four_readable(reinterpret_cast<const unsigned char*>(text.data()) + offset, cp);
+    if (length != 0) {
+      offset += length;
+      return cp;
+    }
+  }
+  return decode_one(text, offset);
+}
 
 // Decodes the whole text; invalid bytes become U+FFFD.
 std::vector<uint32_t> decode_utf8(std::string_view text);

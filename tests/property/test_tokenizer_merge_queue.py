@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 from muser import _core
 
+from tests.fixtures.gpt2_bytes import gpt2_byte_chars
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 VOCAB_DIR = FIXTURES / "reference" / "tokenizer"
 VOCABS = sorted(p.name[len("ggml-vocab-"):-len(".gguf")] for p in VOCAB_DIR.glob("ggml-vocab-*.gguf"))
@@ -112,19 +114,6 @@ def test_real_models_give_the_same_ids_on_generated_text(key, real_model_path, t
 
 # --- byte-level BPE against a direct Python statement of the merge loop ---
 
-def _gpt2_byte_chars() -> list[str]:
-    """GPT-2's printable stand-in for each byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return [chars[b] for b in range(256)]
-
-
 class BpeReference:
     """llama.cpp's BPE merge for one pre-tokenizer word: merge the adjacent
     pair of lowest rank, the leftmost among equals, until none has a rank."""
@@ -136,7 +125,7 @@ class BpeReference:
         for rank, merge in enumerate(metadata["tokenizer.ggml.merges"]):
             left, right = merge.split(" ", 1)
             self.ranks.setdefault((left, right), rank)
-        self.byte_chars = _gpt2_byte_chars()
+        self.byte_chars = gpt2_byte_chars()
 
     def encode_word(self, word: str) -> list[int]:
         symbols = [self.byte_chars[b] for b in word.encode("utf-8")]
@@ -250,4 +239,26 @@ def test_the_word_memo_forgets_words_without_changing_ids():
     tok = reference_tokenizer("gpt-2")
     pieces = [words[0]] + [" " + w for w in words[1:]]
     expected = [i for piece in pieces for i in tok.encode(piece, add_special=False)]
+    assert tok.encode("".join(pieces), add_special=False) == expected
+
+
+def test_the_word_memo_gives_back_short_and_long_words_exactly():
+    # Words of 1 to 64 bytes (kept in the slot up to 8 bytes, in the key
+    # arena above), encoding to 1 to ~40 ids (copied into the slot up to 4,
+    # a range of the output above), each used several times; 60,000 distinct
+    # long words store more than the arena's 1 MiB, so the memo starts over
+    # mid-text. The whole text's ids must be its words' ids one by one.
+    rng = random.Random(11)
+    letters = "abcdefghijklmnopqrstuvwxyzäöüßαβγδεжзиклм東京語🚀"
+    words = set()
+    while len(words) < 60_000:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randrange(1, 24))))
+    vocabulary = sorted(words)
+    pieces = [" " + w for w in vocabulary * 3]
+    rng.shuffle(pieces)
+    tok = reference_tokenizer("gpt-2")
+    by_word = {p: tok.encode(p, add_special=False) for p in set(pieces)}
+    assert min(len(p.encode()) for p in by_word) <= 8 < max(len(p.encode()) for p in by_word) <= 64 + 32
+    assert min(map(len, by_word.values())) <= 4 < max(map(len, by_word.values()))
+    expected = [i for p in pieces for i in by_word[p]]
     assert tok.encode("".join(pieces), add_special=False) == expected

@@ -11,22 +11,9 @@ import pytest
 
 from muser import ModelFormatError, _core
 
-GPT2_BYTE = {}  # byte -> its GPT-2 alphabet character
+from tests.fixtures.gpt2_bytes import gpt2_byte_chars
 
-
-def _gpt2_alphabet() -> dict[int, str]:
-    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    out, n = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(0x100 + n)
-            n += 1
-    return out
-
-
-GPT2_BYTE.update(_gpt2_alphabet())
+GPT2_BYTE = dict(enumerate(gpt2_byte_chars()))  # byte -> its GPT-2 alphabet character
 
 
 def write_vocab(path, kv: dict) -> str:
