@@ -2,7 +2,7 @@
 # One device call (under 10 minutes) that settles what issue 11's decode work left to measure on
 # the device host's CPU (16-core Xeon):
 #   1. gemv streams: packed decode kernels reading 1, 2 or 4 weight groups side by side
-#      (kernel_set.h: the default is 4 on Intel, 1 elsewhere, chosen without a Xeon measurement);
+#      (kernel_set.h: the default is 1 everywhere; 4 is the candidate for Intel, unmeasured there);
 #      kernels at 1 thread, then llama-1b Q4_0 / Q4_K and smollm2 Q4_0 decode at 1, 4, 16 threads;
 #   2. which weight layout llama.cpp picked there (AMX or CPU_REPACK buffers: its one-row Q4_0
 #      kernel differs) and its 1-thread decode, for the per-core ratio.

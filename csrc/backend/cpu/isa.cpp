@@ -87,21 +87,6 @@ const CpuFeatures& features() {
   return detected;
 }
 
-bool is_intel() {
-#if MUSER_X86_DISPATCH
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  char vendor[13];
-  std::memcpy(vendor, &ebx, 4);
-  std::memcpy(vendor + 4, &edx, 4);
-  std::memcpy(vendor + 8, &ecx, 4);
-  vendor[12] = '\0';
-  return std::strcmp(vendor, "GenuineIntel") == 0;
-#else
-  return false;
-#endif
-}
-
 // CPUID leaf 1 family, extended family included.
 unsigned cpu_family() {
 #if MUSER_X86_DISPATCH
@@ -124,10 +109,10 @@ bool is_amd() {
 #endif
 }
 
-size_t default_gemv_streams() {
-  static const size_t streams = is_intel() ? kMaxGemvStreams : 1;
-  return streams;
-}
+// One stream everywhere until a Xeon measurement says otherwise
+// (benchmarks/device/gemv_streams_check.sh): kernel_set.h has the reasoning
+// for trying four on Intel, and on the EPYC four lost ~30%.
+size_t default_gemv_streams() { return 1; }
 
 std::atomic<size_t> gemv_streams_override{0};
 
