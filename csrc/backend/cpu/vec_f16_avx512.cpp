@@ -126,10 +126,6 @@ void dot_rows_avx512(const float* q, const uint16_t* k, size_t stride, size_t ro
   }
 }
 
-inline __m256 load_f16x8(const uint16_t* x) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-}
-
 // The AVX2 table's axpy, bit for bit: one fused multiply-add per element
 // while eight or more remain, then its unfused scalar tail.
 void axpy_avx512(float* y, float a, const float* x, size_t n) {
@@ -146,12 +142,13 @@ void axpy_avx512(float* y, float a, const float* x, size_t n) {
 }
 
 // axpy_avx512 row after row, y held in registers across the rows: 128
-// columns as eight 16-lane chains, then 64 columns as eight 8-lane chains
-// (each column is one chain of fused multiply-adds, row after row, so its
-// latency bounds a row: eight chains of 16 lanes keep two FMA ports busy
-// where a 64-column head has only four; for those the 8-lane form is as
-// fast and does not pay for 512-bit conversions on CPUs that split them),
-// then the AVX2 table's 8-column steps and scalar tail. Bits: axpy_rows_avx2's.
+// columns at a time as eight 16-lane chains (each column is one chain of
+// fused multiply-adds, row after row, so its latency bounds a row: eight
+// chains of 16 lanes keep two FMA ports busy where a 64-column head has only
+// four). The remaining columns go to the AVX2 table's axpy_rows (its 8-lane
+// chains are as fast there and do not pay for 512-bit conversions on CPUs
+// that split them). Columns are independent, so every column gets
+// axpy_rows_avx2's bits.
 void axpy_rows_avx512(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n) {
   size_t i = 0;
   for (; i + 128 <= n; i += 128) {
@@ -164,28 +161,7 @@ void axpy_rows_avx512(float* y, const float* w, const uint16_t* v, size_t stride
     }
     for (int c = 0; c < 8; ++c) _mm512_storeu_ps(y + i + 16 * c, acc[c]);
   }
-  for (; i + 64 <= n; i += 64) {
-    __m256 acc[8];
-    for (int c = 0; c < 8; ++c) acc[c] = _mm256_loadu_ps(y + i + 8 * c);
-    const uint16_t* row = v + i;
-    for (size_t r = 0; r < rows; ++r, row += stride) {
-      const __m256 a = _mm256_set1_ps(w[r]);
-      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(a, load_f16x8(row + 8 * c), acc[c]);
-    }
-    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(y + i + 8 * c, acc[c]);
-  }
-  for (; i + 8 <= n; i += 8) {
-    __m256 acc = _mm256_loadu_ps(y + i);
-    const uint16_t* row = v + i;
-    for (size_t r = 0; r < rows; ++r, row += stride) acc = _mm256_fmadd_ps(_mm256_set1_ps(w[r]), load_f16x8(row), acc);
-    _mm256_storeu_ps(y + i, acc);
-  }
-  for (; i < n; ++i) {
-    for (size_t r = 0; r < rows; ++r) {
-      const float value = fp16_to_fp32(v[r * stride + i]);
-      y[i] += w[r] * value;
-    }
-  }
+  if (i < n) avx2_f16_vec_ops().axpy_rows(y + i, w, v + i, stride, rows, n - i);
 }
 
 }  // namespace
