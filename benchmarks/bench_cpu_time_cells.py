@@ -18,12 +18,6 @@ import muser  # noqa: E402
 import muser.models  # noqa: E402
 
 
-def cpu_ms(fn) -> float:
-    start = time.process_time()
-    fn()
-    return 1e3 * (time.process_time() - start)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a muser.models key (smollm2-135m, gemma3-270m) or a GGUF path")
@@ -36,11 +30,16 @@ def main() -> None:
     session = engine.session(max_context=1024)
     session.prefill(prompt[:8])
 
-    def prefill() -> None:
-        session.truncate(0)
-        session.prefill(prompt)
+    rows = [engine.session(max_context=512) for _ in range(4)]
 
-    def decode() -> None:
+    # Each returns CPU ms per token of its timed part.
+    def prefill() -> float:
+        session.truncate(0)
+        start = time.process_time()
+        session.prefill(prompt)
+        return 1e3 * (time.process_time() - start) / 512
+
+    def decode() -> float:
         session.truncate(0)
         session.prefill(prompt[:128])
         token = int(session.logits.argmax())
@@ -48,29 +47,22 @@ def main() -> None:
         for _ in range(32):
             session.decode(token)
             token = int(session.logits.argmax())
-        decode.ms = 1e3 * (time.process_time() - start)
+        return 1e3 * (time.process_time() - start) / 32
 
-    rows = [engine.session(max_context=512) for _ in range(4)]
-
-    def group() -> None:
+    def group() -> float:
         for row in rows:
             row.truncate(0)
             row.prefill(prompt[:64])
         start = time.process_time()
         for _ in range(12):
             engine.decode_group(rows, [int(row.logits.argmax()) for row in rows])
-        group.ms = 1e3 * (time.process_time() - start)
+        return 1e3 * (time.process_time() - start) / 48
 
-    cells = {"prefill 512": [], "decode": [], "4-row group": []}
-    for _ in range(args.reps):
-        cells["prefill 512"].append(cpu_ms(prefill) / 512)
-        decode()
-        cells["decode"].append(decode.ms / 32)
-        group()
-        cells["4-row group"].append(group.ms / 48)
+    cells = {"prefill 512": prefill, "decode": decode, "4-row group": group}
+    best = {cell: min(run() for _ in range(args.reps)) for cell, run in cells.items()}
     name = os.path.basename(str(path))
     print(f"{name} threads={args.threads} CPU ms/token, best of {args.reps}: "
-          + ", ".join(f"{cell} {min(values):.2f}" for cell, values in cells.items()))
+          + ", ".join(f"{cell} {ms:.2f}" for cell, ms in best.items()))
 
 
 if __name__ == "__main__":
