@@ -9,31 +9,16 @@
 # Output: $OUT/table-<part>.txt; `python3 /work/notes/format_device.py` turns it into the markdown table.
 set -uo pipefail
 part=${1:?usage: cpu_full_table.sh small|big}
-root=$(pwd); lib=${PYLIB:-$root/.cudawork/lead/pylib}; d=$root/.device; w=/tmp/wcpu
-out=${OUT:-/tmp/out}; mkdir -p "$out" "$w"; res="$out/table-$part.txt"
-start=$(date +%s); el() { echo $(( $(date +%s) - start )); }
-log() { echo "[$(el) s] $*" | tee -a "$res"; }
+. "$(dirname "$0")/common.sh" "table-$part.txt"
 
-if [ ! -x "$w/b/bin/llama-batched-bench" ]; then
-  ( cd "$w" && tar xJf "$d/llamacpp-pruned.tar.xz" &&
-    cmake -S llama.cpp -B b -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >b.log 2>&1 &&
-    cmake --build b -j 8 --target llama-bench llama-batched-bench >>b.log 2>&1; echo "[llama.cpp build rc=$?]" ) &
-fi
+build_llamacpp_cpu llama-bench llama-batched-bench &
 case $part in
   small) specs="smollm2-135m:Q4_0 smollm2-135m:Q4_1 smollm2-135m:Q8_0 llama-1b:Q4_0 llama-1b:Q4_K llama-1b:Q6_K"; threads="4 16" ;;
   big) specs="llama3-8b:Q4_0 llama3-8b:Q4_K"; threads="16" ;;
   *) echo "unknown part $part (small|big)"; exit 2 ;;
 esac
-( for s in $specs; do
-    f="$w/${s%%:*}-${s##*:}.gguf"
-    [ -f "$f" ] || python3 "$d/gen_random_gguf.py" "$f" "${s%%:*}" "$lib" "${s##*:}" >/dev/null || echo "gen $s failed"
-  done ) &
-if ! { cmake -S . -B build/cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSER_CUDA=OFF \
-         -DPython_EXECUTABLE="$(command -v python3)" && cmake --build build/cpu -j 8; } >"$out/build-$part.log" 2>&1; then
-  tail -30 "$out/build-$part.log"; log "MUSER BUILD FAILED"; exit 1
-fi
-cp build/cpu/_core*.so src/muser/
+gen_models $specs &
+build_muser_cpu "build-$part.log" || exit 1
 export PYTHONPATH="$root/src:$root:$lib"
 wait; log "muser, llama.cpp and models ready ($(git rev-parse --short HEAD 2>/dev/null))"
 
@@ -49,11 +34,10 @@ for s in $specs; do
 done
 if [ "$part" = big ]; then
   log "thread scaling"
+  gen_models smollm2-135m:Q4_0 llama-1b:Q4_0
   f=$w/smollm2-135m-Q4_0.gguf
-  [ -f "$f" ] || python3 "$d/gen_random_gguf.py" "$f" smollm2-135m "$lib" Q4_0 >/dev/null
   [ "$(el)" -lt 420 ] && timeout 60 python3 -u benchmarks/bench_thread_scaling.py "$f" --threads 1,2,4,8,16 2>&1 | tee -a "$res"
   f=$w/llama-1b-Q4_0.gguf
-  [ -f "$f" ] || python3 "$d/gen_random_gguf.py" "$f" llama-1b "$lib" Q4_0 >/dev/null
   [ "$(el)" -lt 480 ] && timeout $(( 570 - $(el) )) python3 -u benchmarks/bench_thread_scaling.py "$f" --threads 16,8,4,2,1 \
     --prompt 128 --steps 32 --group-steps 16 2>&1 | tee -a "$res"
 fi

@@ -9,19 +9,11 @@
 # packages the device image lacks (jinja2, markupsafe, platformdirs, tqdm, gguf), named by PYLIB
 # (default .cudawork/lead/pylib). Results: $OUT/results.txt; ~190 s on the H200 host.
 set -uo pipefail
-root=$(pwd); lib=${PYLIB:-$root/.cudawork/lead/pylib}; d=$root/.device; w=/tmp/wcpu
-out=${OUT:-/tmp/out}; mkdir -p "$out" "$w"
-start=$(date +%s); el() { echo $(( $(date +%s) - start )); }
-log() { echo "[$(el) s] $*" | tee -a "$out/results.txt"; }
+. "$(dirname "$0")/common.sh" results.txt
 
-( cd "$w" && tar xJf "$d/llamacpp-pruned.tar.xz" &&
-  cmake -S llama.cpp -B b -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >b.log 2>&1 &&
-  cmake --build b -j 6 --target llama-bench llama-batched-bench >>b.log 2>&1; echo "[llama.cpp build rc=$?]" ) &
+build_llamacpp_cpu llama-bench llama-batched-bench &
 peer=$!
-( for s in "smollm2-135m Q4_0" "llama-1b Q4_0" "llama-1b Q4_K"; do
-    set -- $s; python3 "$d/gen_random_gguf.py" "$w/$1-$2.gguf" "$1" "$lib" "$2" >/dev/null || echo "gen $1 $2 failed"
-  done ) &
+gen_models smollm2-135m:Q4_0 llama-1b:Q4_0 llama-1b:Q4_K &
 gen=$!
 if ! { cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSER_CUDA=ON -DMUSER_CUDA_ARCHITECTURES=90-real \
          -DPython_EXECUTABLE="$(command -v python3)" && cmake --build build/cuda -j 10; } >"$out/build.log" 2>&1; then

@@ -11,26 +11,11 @@
 # directories, so a warm machine reuses that script's llama.cpp build and models).
 # Output: $OUT/gemv-streams.txt.
 set -uo pipefail
-root=$(pwd); lib=${PYLIB:-$root/.cudawork/lead/pylib}; d=$root/.device; w=/tmp/wcpu
-out=${OUT:-/tmp/out}; mkdir -p "$out" "$w"; res="$out/gemv-streams.txt"
-start=$(date +%s); el() { echo $(( $(date +%s) - start )); }
-log() { echo "[$(el) s] $*" | tee -a "$res"; }
+. "$(dirname "$0")/common.sh" gemv-streams.txt
 
-if [ ! -x "$w/b/bin/llama-bench" ]; then
-  ( cd "$w" && tar xJf "$d/llamacpp-pruned.tar.xz" &&
-    cmake -S llama.cpp -B b -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >b.log 2>&1 &&
-    cmake --build b -j 8 --target llama-bench >>b.log 2>&1; echo "[llama.cpp build rc=$?]" ) &
-fi
-( for s in llama-1b:Q4_0 llama-1b:Q4_K smollm2-135m:Q4_0; do
-    f="$w/${s%%:*}-${s##*:}.gguf"
-    [ -f "$f" ] || python3 "$d/gen_random_gguf.py" "$f" "${s%%:*}" "$lib" "${s##*:}" >/dev/null || echo "gen $s failed"
-  done ) &
-if ! { cmake -S . -B build/cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSER_CUDA=OFF \
-         -DPython_EXECUTABLE="$(command -v python3)" && cmake --build build/cpu -j 8; } >"$out/build-streams.log" 2>&1; then
-  tail -30 "$out/build-streams.log"; log "MUSER BUILD FAILED"; exit 1
-fi
-cp build/cpu/_core*.so src/muser/
+build_llamacpp_cpu llama-bench &
+gen_models llama-1b:Q4_0 llama-1b:Q4_K smollm2-135m:Q4_0 &
+build_muser_cpu build-streams.log || exit 1
 export PYTHONPATH="$root/src:$root/benchmarks:$root:$lib"
 wait; log "ready ($(git rev-parse --short HEAD 2>/dev/null)); $(grep -m1 'model name' /proc/cpuinfo)"
 
