@@ -58,13 +58,11 @@ constexpr size_t kPackedRows = 16;
 constexpr size_t kGemvMaxRows = 4;
 constexpr size_t kMaxGemvStreams = 4;
 
-// Groups read side by side, 1..kMaxGemvStreams; the default is 1 on every
-// CPU. Four may pay on Intel: its L2 streamer runs at most ~20 lines ahead
-// of one stream and stops at 4 KB pages, so one stream may not fill a
-// core's outstanding misses (one Xeon core read packed Q4_0 at 7.8 GB/s,
-// about 20 lines per memory latency). Not measured there yet, so not the
-// default; on the AMD EPYC guest one stream read a 148 MB pack ~30% faster
-// than four. Results never depend on it.
+// Groups read side by side, 1..kMaxGemvStreams: four on Intel, one on AMD
+// (isa.cpp has the measurements). Intel's L2 streamer runs at most ~20 lines
+// ahead of one stream and stops at 4 KB pages, so one stream does not fill a
+// core's outstanding misses; AMD's prefetchers follow one stream further, and
+// there four streams only add conflicts. Results never depend on it.
 size_t gemv_streams();
 // Overrides gemv_streams() for the whole process (tests and benchmarks
 // compare the choices; 0 restores the CPU's default) and returns the
