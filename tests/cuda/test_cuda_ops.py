@@ -186,3 +186,77 @@ def test_attention_matches_numpy_and_rows_are_independent(layout, head_dim):
         alone = t.cuda_attention(k, v, np.ascontiguousarray(q[r:r + 1]), [positions[r]], n_head, n_head_kv,
                                  ring_rows, window, 1.0)
         assert np.array_equal(alone[0], gpu[r])
+
+
+def _kv_planes(rng, plane_rows, n_head_kv, head_dim_k, head_dim_v):
+    k = rng.standard_normal((plane_rows, n_head_kv * head_dim_k)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((plane_rows, n_head_kv * head_dim_v)).astype(np.float16).view(np.uint16)
+    return k, v
+
+
+# Context lengths around the kernel's chunk edges (32, 64, 128 positions per
+# block step by head size; 16 splits) and far past them.
+LONG_POSITIONS = [0, 1, 2, 30, 31, 32, 63, 64, 65, 127, 128, 129, 139, 140, 511, 999, 1000, 1023, 1024, 1025,
+                  2047, 2048, 3000, 4095]
+
+
+@pytest.mark.parametrize("head_dims", [(64, 64), (128, 128), (256, 256), (96, 96), (160, 160), (128, 64),
+                                       (64, 128)], ids=lambda d: f"k{d[0]}-v{d[1]}")
+def test_attention_matches_numpy_at_every_context_length(head_dims):
+    hd_k, hd_v = head_dims
+    rng = np.random.default_rng(hd_k * 1000 + hd_v)
+    n_head, n_head_kv = 4, 2
+    k, v = _kv_planes(rng, 4096, n_head_kv, hd_k, hd_v)
+    positions = LONG_POSITIONS
+    q = (rng.standard_normal((len(positions), n_head * hd_k)) / np.sqrt(hd_k) * 3).astype(np.float32)
+    scale = 1.0 / np.sqrt(hd_k)
+    gpu = t.cuda_attention(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
+    ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+    # Sharp softmaxes (one position dominating) too.
+    gpu = t.cuda_attention(k, v, q * 8, positions, n_head, n_head_kv, 0, 0, scale)
+    ref = _attention_reference(k, v, q * 8, positions, n_head, n_head_kv, 0, 0, scale)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("ring_rows,window", [(300, 200), (160, 129), (4200, 4096), (64, 64), (40, 1)])
+def test_attention_over_a_ring_with_a_sliding_window(ring_rows, window):
+    rng = np.random.default_rng(ring_rows + window)
+    n_head, n_head_kv, hd = 8, 1, 128
+    k, v = _kv_planes(rng, ring_rows, n_head_kv, hd, hd)
+    positions = sorted({0, 1, window - 1, window, window + 1, ring_rows - 1, ring_rows, ring_rows + 5,
+                        2 * ring_rows + 17, 9000})
+    q = (rng.standard_normal((len(positions), n_head * hd)) / np.sqrt(hd) * 3).astype(np.float32)
+    gpu = t.cuda_attention(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 0.5)
+    ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 0.5)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+
+
+def test_attention_rows_are_bitwise_independent_of_group_order_and_tile():
+    """The llama3-8b head layout (32 query heads over 8 KV heads, 128 dims):
+    each row alone, in every group of 2..4 in several orders, and inside a
+    70-row launch (two tiles of rows) gives the same bits; runs repeat."""
+    rng = np.random.default_rng(12)
+    n_head, n_head_kv, hd = 32, 8, 128
+    k, v = _kv_planes(rng, 4096, n_head_kv, hd, hd)
+    positions = [0, 140, 141, 4095, 63, 1000, 64, 2]
+    q = (rng.standard_normal((len(positions), n_head * hd)) / np.sqrt(hd) * 3).astype(np.float32)
+    scale = 1.0 / np.sqrt(hd)
+
+    def run(rows):
+        return t.cuda_attention(k, v, np.ascontiguousarray(q[rows]), [positions[i] for i in rows], n_head, n_head_kv,
+                                0, 0, scale)
+
+    alone = [run([i])[0] for i in range(len(positions))]
+    ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
+    np.testing.assert_allclose(np.stack(alone), ref, rtol=1e-4, atol=2e-5)
+    for rows in ([0, 1], [1, 0], [3, 2, 1], [2, 3, 1], [0, 1, 2, 3], [3, 2, 1, 0], [5, 3, 7, 4], [6, 6, 1, 5]):
+        y = run(rows)
+        for j, i in enumerate(rows):
+            assert np.array_equal(y[j], alone[i]), (rows, i)
+    # 70 rows: the later ones fall in the second launch tile.
+    many = [i % len(positions) for i in range(70)]
+    y = run(many)
+    for j, i in enumerate(many):
+        assert np.array_equal(y[j], alone[i]), (j, i)
+    assert np.array_equal(run(many), y)

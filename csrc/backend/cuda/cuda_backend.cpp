@@ -57,6 +57,20 @@ struct Staging {
   }
 };
 
+AttentionShape attention_shape(const OpParams& p, uint32_t n_layer, bool ring) {
+  AttentionShape shape;
+  shape.n_layer = n_layer;
+  shape.layer = p.layer;
+  shape.ring = ring;
+  shape.n_head = p.n_head;
+  shape.n_head_kv = p.n_head_kv;
+  shape.head_dim_k = p.head_dim_k;
+  shape.head_dim_v = p.head_dim_v;
+  shape.window = p.window;
+  shape.scale = p.scalar;
+  return shape;
+}
+
 std::vector<float> widen_vector(const WeightDesc& w) {
   const size_t n = static_cast<size_t>(w.ne[0] * w.ne[1]);
   std::vector<float> out(n);
@@ -196,6 +210,9 @@ CudaBackend::Compiled& CudaBackend::compile(const StepGraph& graph) {
       need = std::max(need, activation_bytes(f, rows, w.ne0));
     } else if (op.kind == OpKind::Rope) {
       c.rope_freqs[i] = rope_table(op.p, op.src[2], graph);
+    } else if (op.kind == OpKind::Attention) {
+      c.attention_bytes =
+          std::max(c.attention_bytes, attention_scratch_bytes(attention_shape(op.p, 0, false), graph.tensor(op.dst).rows));
     }
   }
   return compiled_.emplace(graph.id, std::move(c)).first->second;
@@ -215,6 +232,11 @@ void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
       act_scratch_[f] = DeviceBuffer(0, "");
       act_scratch_[f] = DeviceBuffer(c.act_bytes[f], "quantized activations of a step");
     }
+  }
+  if (attention_scratch_.bytes() < c.attention_bytes) {
+    drop_captures();
+    attention_scratch_ = DeviceBuffer(0, "");
+    attention_scratch_ = DeviceBuffer(c.attention_bytes, "attention partials of a step");
   }
   if (logits_host_.bytes() < logits_floats * sizeof(float)) {
     drop_captures();
@@ -326,20 +348,10 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
                  k.rows, stream_);
         break;
       }
-      case OpKind::Attention: {
-        AttentionShape shape;
-        shape.n_layer = n_layer;
-        shape.layer = p.layer;
-        shape.ring = ring_layer[p.layer];
-        shape.n_head = p.n_head;
-        shape.n_head_kv = p.n_head_kv;
-        shape.head_dim_k = p.head_dim_k;
-        shape.head_dim_v = p.head_dim_v;
-        shape.window = p.window;
-        shape.scale = p.scalar;
-        attention(kv, shape, act(c, op.src[0]), dst->rows, act(c, op.dst), stream_);
+      case OpKind::Attention:
+        attention(kv, attention_shape(p, n_layer, ring_layer[p.layer]), act(c, op.src[0]), dst->rows,
+                  act(c, op.dst), attention_scratch_.get(), stream_);
         break;
-      }
     }
     // A quantization of a tensor this op rewrote is stale.
     for (Memo& m : memo_) {

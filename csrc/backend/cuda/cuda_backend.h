@@ -58,6 +58,7 @@ class CudaBackend final : public Backend {
     std::vector<size_t> offset;          // per tensor: float offset in the arena (activations)
     size_t arena_floats = 0;
     std::array<size_t, 4> act_bytes{};   // quantization scratch per ActivationFormat
+    size_t attention_bytes = 0;          // attention partials (largest Attention op)
     std::vector<const double*> rope_freqs;  // per op (Rope only)
     void* exec = nullptr;                // cudaGraphExec_t (decode shapes), once captured
   };
@@ -80,6 +81,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, Compiled> compiled_;
   DeviceBuffer arena_;
   std::array<DeviceBuffer, 4> act_scratch_;
+  DeviceBuffer attention_scratch_;
   PinnedBuffer logits_host_;
   // Per-step values: pinned staging and its device copy (fixed size, for
   // kMaxStepRows rows, so captured graphs never see them move).

@@ -121,7 +121,11 @@ struct AttentionShape {
   size_t window = 0;
   float scale = 1.0f;
 };
+// `scratch`: attention_scratch_bytes(shape, n_rows) of device memory for
+// the per-split partials (rows run in tiles of at most 64 per launch pair,
+// so a prefill step needs no more than a tile's worth).
+size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows);
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
-               void* stream);
+               void* scratch, void* stream);
 
 }  // namespace muser::cuda

@@ -207,7 +207,8 @@ std::vector<float> attention(const AttentionCase& c) {
   shape.head_dim_v = c.head_dim_v;
   shape.window = c.window;
   shape.scale = c.scale;
-  cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), stream.get());
+  DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n_rows), "attention partials");
+  cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
   stream.sync();
   return download<float>(dout, n_rows * c.n_head * c.head_dim_v);
 }
