@@ -105,6 +105,45 @@ def test_rms_norm_matches_numpy():
     np.testing.assert_allclose(gpu, ref, rtol=2e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("width", [64, 128, 576, 1000, 2048, 4096, 4100, 5376, 8192])
+def test_rms_norm_at_every_block_size_and_rows_are_independent(width):
+    """Widths below, at and past the 4-per-thread register span of the
+    largest block (4096), odd warp counts, and a width not a multiple of 32."""
+    rng = np.random.default_rng(width)
+    x = (rng.standard_normal((6, width)) * rng.uniform(0.01, 30, (6, 1))).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, width).astype(np.float32)
+    gpu = t.cuda_rms_norm(x, w, 1e-6)
+    xd = x.astype(np.float64)
+    ref = xd / np.sqrt((xd * xd).mean(axis=1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(gpu, ref, rtol=2e-6, atol=1e-7)
+    for r in range(6):
+        assert np.array_equal(t.cuda_rms_norm(np.ascontiguousarray(x[r:r + 1]), w, 1e-6)[0], gpu[r])
+
+
+@pytest.mark.parametrize("n_heads,head_dim,n_rot,neox", [(32, 128, 128, False), (8, 128, 128, True), (9, 64, 64, True),
+                                                         (5, 256, 256, False), (1, 64, 32, False)])
+def test_rope_over_head_groups_and_rows_are_independent(n_heads, head_dim, n_rot, neox):
+    rng = np.random.default_rng(n_heads * head_dim)
+    positions = [0, 3, 140, 4095, 131071]
+    x = rng.standard_normal((5, n_heads * head_dim)).astype(np.float32)
+    gpu = t.cuda_rope(x, n_heads, n_rot, neox, positions, 10000.0, 1.0)
+    inv = 10000.0 ** (-2.0 * np.arange(n_rot // 2) / n_rot)
+    ref = x.astype(np.float64).reshape(5, n_heads, head_dim).copy()
+    for r, p in enumerate(positions):
+        theta = p * inv
+        c, s = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+        half = n_rot // 2
+        a_idx = np.arange(half) if neox else 2 * np.arange(half)
+        b_idx = a_idx + half if neox else a_idx + 1
+        a, b = ref[r][:, a_idx].copy(), ref[r][:, b_idx].copy()
+        ref[r][:, a_idx] = a * c - b * s
+        ref[r][:, b_idx] = a * s + b * c
+    np.testing.assert_allclose(gpu, ref.reshape(5, -1), rtol=1e-5, atol=1e-5)
+    for r in range(5):
+        alone = t.cuda_rope(np.ascontiguousarray(x[r:r + 1]), n_heads, n_rot, neox, [positions[r]], 10000.0, 1.0)
+        assert np.array_equal(alone[0], gpu[r])
+
+
 @pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
 def test_glu_matches_numpy(kind):
     rng = np.random.default_rng(4)

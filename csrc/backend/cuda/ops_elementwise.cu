@@ -3,6 +3,8 @@
 // from its own row only, with fixed-order reductions.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/weight_units.cuh"
@@ -11,36 +13,63 @@
 namespace muser::cuda {
 namespace {
 
-constexpr int kNormThreads = 256;
+// rms_norm: one block per row, each thread keeping kNormPerThread elements
+// (strided by the block) in registers so all its loads are in flight at
+// once; the block is sized from the width alone (a warp per 128 elements, at
+// most 1024 threads), so a row's reduction order is the same in any launch.
+constexpr int kNormPerThread = 4;
+constexpr int kNormMaxThreads = 1024;
 
-// One block per row: sum of squares in double (as the CPU reference does),
-// combined in a fixed tree, then out = (x * scale) * w.
-__global__ void rms_norm_kernel(const float* x, const float* weight, size_t width, float eps, float* out) {
+unsigned norm_threads(size_t width) {
+  const size_t warps = (width + 32 * kNormPerThread - 1) / (32 * kNormPerThread);
+  return static_cast<unsigned>(32 * std::min<size_t>(std::max<size_t>(warps, 1), kNormMaxThreads / 32));
+}
+
+// Sum of squares in double (as the CPU reference does): each thread's
+// elements in order, the warp butterfly, then warp 0 over the warps' sums;
+// out = (x * scale) * w. Elements past kNormPerThread * blockDim (rows wider
+// than 4096) are read again from x in a second strided pass.
+__global__ void __launch_bounds__(kNormMaxThreads)
+    rms_norm_kernel(const float* x, const float* weight, size_t width, float eps, float* out) {
   const size_t row = blockIdx.x;
+  const unsigned n = blockDim.x, t = threadIdx.x;
   const float* xr = x + row * width;
+  float v[kNormPerThread];
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const size_t i = t + j * n;
+    v[j] = i < width ? xr[i] : 0.0f;
+  }
   double sum = 0.0;
-  for (size_t i = threadIdx.x; i < width; i += kNormThreads) {
-    const double v = static_cast<double>(xr[i]);
-    sum += v * v;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
+  for (size_t i = t + kNormPerThread * n; i < width; i += n) {
+    const double d = static_cast<double>(xr[i]);
+    sum += d * d;
   }
   sum = warp_sum(sum);
-  __shared__ double partial[kNormThreads / 32];
+  __shared__ double partial[kNormMaxThreads / 32];
   __shared__ float scale_s;
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  if (t % 32 == 0) partial[t / 32] = sum;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int i = 0; i < kNormThreads / 32; ++i) total += partial[i];
-    const float mean = static_cast<float>(total / static_cast<double>(width));
-    scale_s = 1.0f / sqrtf(mean + eps);
+  if (t < 32) {
+    double total = t < n / 32 ? partial[t] : 0.0;
+    total = warp_sum(total);
+    if (t == 0) {
+      const float mean = static_cast<float>(total / static_cast<double>(width));
+      scale_s = 1.0f / sqrtf(mean + eps);
+    }
   }
   __syncthreads();
   const float scale = scale_s;
   float* o = out + row * width;
-  if (weight != nullptr) {
-    for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = (xr[i] * scale) * weight[i];
-  } else {
-    for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = xr[i] * scale;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const size_t i = t + j * n;
+    if (i < width) o[i] = weight != nullptr ? (v[j] * scale) * weight[i] : v[j] * scale;
+  }
+  for (size_t i = t + kNormPerThread * n; i < width; i += n) {
+    o[i] = weight != nullptr ? (xr[i] * scale) * weight[i] : xr[i] * scale;
   }
 }
 
@@ -81,18 +110,32 @@ __global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t
   dst[i] = src[(i / dst_cols) * src_cols + offset + i % dst_cols];
 }
 
-// One block per row, one thread per (head, pair). Angles in double as on
-// the CPU, so both backends rotate by the same float cos/sin.
-__global__ void rope_kernel(float* x, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
-                            const int32_t* positions, const double* inv_freq, double position_scale) {
+// Grid (row, group of kRopeHeads heads). The block's threads first take
+// the angles, one frequency each, in double as on the CPU (so both backends
+// rotate by the same float cos/sin), then the rotations of the group's
+// (head, pair)s: every thread's loads are independent, and the costly double
+// cos/sin run once per block instead of once per head.
+constexpr unsigned kRopeThreads = 128;
+constexpr size_t kRopeHeads = 4;
+
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kernel(float* x, size_t n_heads, size_t head_dim, size_t n_rot, bool neox, const int32_t* positions,
+                const double* inv_freq, double position_scale) {
+  extern __shared__ float angles[];  // cos of the n_rot / 2 frequencies, then their sin
   const size_t row = blockIdx.x;
+  const size_t h0 = static_cast<size_t>(blockIdx.y) * kRopeHeads;
   const size_t half = n_rot / 2;
   const double p = static_cast<double>(positions[row]) * position_scale;
-  for (size_t t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
-    const size_t h = t / half, i = t % half;
+  for (size_t i = threadIdx.x; i < half; i += kRopeThreads) {
     const double theta = p * inv_freq[i];
-    const float c = static_cast<float>(cos(theta));
-    const float s = static_cast<float>(sin(theta));
+    angles[i] = static_cast<float>(cos(theta));
+    angles[half + i] = static_cast<float>(sin(theta));
+  }
+  __syncthreads();
+  const size_t heads = min(kRopeHeads, n_heads - h0);
+  for (size_t t = threadIdx.x; t < heads * half; t += kRopeThreads) {
+    const size_t h = h0 + t / half, i = t % half;
+    const float c = angles[i], s = angles[half + i];
     float* head = x + (row * n_heads + h) * head_dim;
     float* a = neox ? head + i : head + 2 * i;
     float* b = neox ? head + i + half : head + 2 * i + 1;
@@ -142,8 +185,8 @@ void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, flo
 
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
   if (n == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(n), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, weight, width,
-                                                                                                   eps, out);
+  rms_norm_kernel<<<static_cast<unsigned>(n), norm_threads(width), 0, static_cast<cudaStream_t>(stream)>>>(
+      x, weight, width, eps, out);
   check_launch("rms_norm");
 }
 
@@ -185,8 +228,9 @@ void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t 
 
 void rope(float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
           const int32_t* positions, const double* inv_freq, double position_scale, void* stream) {
-  if (n_rows == 0 || n_rot == 0) return;
-  rope_kernel<<<static_cast<unsigned>(n_rows), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+  if (n_rows == 0 || n_heads == 0 || n_rot == 0) return;
+  const dim3 grid(static_cast<unsigned>(n_rows), ceil_div(n_heads, kRopeHeads));
+  rope_kernel<<<grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
       x, n_heads, head_dim, n_rot, neox, positions, inv_freq, position_scale);
   check_launch("rope");
 }
