@@ -23,6 +23,9 @@ std::vector<float> get_rows(DType, const uint8_t*, size_t, size_t, const std::ve
   unavailable("get_rows");
 }
 std::vector<float> rms_norm(const float*, const float*, size_t, size_t, float) { unavailable("rms_norm"); }
+NormQuantized rms_norm_quantized(ActivationFormat, const float*, const float*, size_t, size_t, float) {
+  unavailable("rms_norm_quantized");
+}
 std::vector<float> glu(int, const float*, const float*, size_t) { unavailable("glu"); }
 std::vector<float> softcap(const float*, size_t, float) { unavailable("softcap"); }
 std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, const std::vector<int32_t>&, double,

@@ -120,6 +120,23 @@ void bind_testing_cuda(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("weight"), nb::arg("eps"), "RMS norm of each row times weight, on the GPU.");
   m.def(
+      "cuda_rms_norm_quantized",
+      [](const std::string& format_name, const Floats2D& x, const Floats1D& weight, float eps) {
+        const ActivationFormat format = format_of(format_name);
+        const size_t n = x.shape(0), width = x.shape(1);
+        if (weight.shape(0) != width) throw InvalidArgument("[testing] rms_norm weight length != row width");
+        cuda_testing::NormQuantized r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::rms_norm_quantized(format, x.data(), weight.data(), n, width, eps);
+        }
+        const size_t nd = r.q.d.size(), ns = r.q.s.size();
+        return nb::make_tuple(to_numpy(std::move(r.out), {n, width}), to_numpy(std::move(r.q.q), {n, width}),
+                              to_numpy(std::move(r.q.d), {nd}), to_numpy(std::move(r.q.s), {ns}));
+      },
+      nb::arg("format"), nb::arg("x"), nb::arg("weight"), nb::arg("eps"),
+      "(out, q, d, s) of the fused GPU rms_norm + Q8_0/Q8_1 quantization of rows x (s Q8_1 only).");
+  m.def(
       "cuda_glu",
       [](const std::string& kind, const Floats1D& gate, const Floats1D& up) {
         if (kind != "silu" && kind != "gelu_tanh") throw InvalidArgument("[testing] glu kind: silu or gelu_tanh");

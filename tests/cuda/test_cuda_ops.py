@@ -120,6 +120,26 @@ def test_rms_norm_at_every_block_size_and_rows_are_independent(width):
         assert np.array_equal(t.cuda_rms_norm(np.ascontiguousarray(x[r:r + 1]), w, 1e-6)[0], gpu[r])
 
 
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1"])
+@pytest.mark.parametrize("width", [64, 576, 2048, 4096, 5376])
+def test_rms_norm_quantized_writes_the_norm_and_exactly_its_quantization(fmt, width):
+    """The fused decode-path norm: its floats bitwise rms_norm's, its Q8 bytes
+    bitwise those the activation quantizer writes from those floats."""
+    rng = np.random.default_rng(width + len(fmt))
+    x = (rng.standard_normal((5, width)) * rng.uniform(0.01, 30, (5, 1))).astype(np.float32)
+    x[2, :64] = 0.0  # all-zero blocks
+    w = rng.uniform(0.5, 1.5, width).astype(np.float32)
+    out, q, d, s = t.cuda_rms_norm_quantized(fmt, x, w, 1e-5)
+    assert np.array_equal(out, t.cuda_rms_norm(x, w, 1e-5))
+    ref_q, ref_d, ref_s, _ = t.cuda_quantize(fmt, out)
+    assert np.array_equal(q, ref_q)
+    assert np.array_equal(d, ref_d)
+    assert np.array_equal(s, ref_s)
+    assert len(s) == (5 * width // 32 if fmt == "Q8_1" else 0)
+    one = t.cuda_rms_norm_quantized(fmt, np.ascontiguousarray(x[3:4]), w, 1e-5)
+    assert np.array_equal(one[0][0], out[3]) and np.array_equal(one[1][0], q[3])
+
+
 @pytest.mark.parametrize("n_heads,head_dim,n_rot,neox", [(32, 128, 128, False), (8, 128, 128, True), (9, 64, 64, True),
                                                          (5, 256, 256, False), (1, 64, 32, False)])
 def test_rope_over_head_groups_and_rows_are_independent(n_heads, head_dim, n_rot, neox):

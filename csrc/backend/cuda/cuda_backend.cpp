@@ -279,11 +279,28 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
     return t == kNoTensor ? nullptr : static_cast<const float*>(weight_[graph.tensor(t).weight].data);
   };
   for (Memo& m : memo_) m.source = kNoTensor;
+  // The Q8_0 / Q8_1 format in which op i + 1, a matvec, reads the rows op i
+  // (an RmsNorm over whole rows) writes; F32 when the norm cannot hand them
+  // over already quantized (rms_norm_quantized then saves a launch).
+  auto quantized_by_norm = [&](size_t i) -> ActivationFormat {
+    const Op& op = graph.ops[i];
+    const TensorDesc& out = graph.tensor(op.dst);
+    if (i + 1 >= graph.ops.size() || (op.p.group != 0 && op.p.group != out.cols) || out.cols % 32 != 0) {
+      return ActivationFormat::F32;
+    }
+    const Op& next = graph.ops[i + 1];
+    if (next.kind != OpKind::MatMul || next.src[1] != op.dst) return ActivationFormat::F32;
+    const DeviceWeight& w = weight_[graph.tensor(next.src[0]).weight];
+    const ActivationFormat f = activation_format(w.type);
+    const bool q8_32 = f == ActivationFormat::Q8_0 || f == ActivationFormat::Q8_1;
+    return q8_32 && w.ne0 == out.cols ? f : ActivationFormat::F32;
+  };
 
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const OpParams& p = op.p;
     const TensorDesc* dst = op.dst != kNoTensor ? &graph.tensor(op.dst) : nullptr;
+    Memo made_here;  // a quantization this op wrote along with its output
     switch (op.kind) {
       case OpKind::GetRows: {
         const TensorDesc& table = graph.tensor(op.src[0]);
@@ -302,6 +319,14 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         break;
       }
       case OpKind::RmsNorm: {
+        const ActivationFormat f = quantized_by_norm(i);
+        if (f != ActivationFormat::F32) {
+          made_here.source = op.dst;
+          made_here.view = rms_norm_quantized(act(c, op.src[0]), weight_f32(op.src[1]), dst->rows, dst->cols, p.eps,
+                                              act(c, op.dst), f, act_scratch_[static_cast<uint32_t>(f)].get(),
+                                              stream_);
+          break;
+        }
         const size_t group = p.group != 0 ? p.group : dst->cols;
         rms_norm(act(c, op.src[0]), weight_f32(op.src[1]), dst->rows * dst->cols / group, group, p.eps,
                  act(c, op.dst), stream_);
@@ -353,10 +378,12 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
                   act(c, op.dst), attention_scratch_.get(), stream_);
         break;
     }
-    // A quantization of a tensor this op rewrote is stale.
+    // A quantization of a tensor this op rewrote is stale; one it wrote
+    // itself replaces its format's memo (the scratch now holds it).
     for (Memo& m : memo_) {
       if (m.source == op.dst) m.source = kNoTensor;
     }
+    if (made_here.source != kNoTensor) memo_[static_cast<uint32_t>(made_here.view.format)] = made_here;
   }
   const TensorDesc& logits = graph.tensor(graph.logits);
   check_cuda(cudaMemcpyAsync(logits_host_.get(), act(c, graph.logits), logits.rows * logits.cols * sizeof(float),

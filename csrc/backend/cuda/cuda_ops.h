@@ -49,6 +49,10 @@ struct ActivationView {
 // Device bytes an ActivationView of n_rows x k takes (F32 needs none).
 size_t activation_bytes(ActivationFormat format, size_t n_rows, size_t k);
 
+// The view of an (n_rows, k) activation of `format` laid out in `scratch`
+// (pointers only; F32 leaves f null).
+ActivationView activation_view(ActivationFormat format, size_t n_rows, size_t k, void* scratch);
+
 // Quantizes x (n_rows, k) into `scratch` (activation_bytes of room) and
 // returns the view. F32 returns a view of x itself. Bitwise the values of
 // ref::quantize_row_*.
@@ -65,6 +69,13 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
 // null: no weight). `out` may equal x. A row may be a head: n = rows * heads,
 // width = head_dim.
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream);
+
+// rms_norm that also quantizes its output rows for the matvec that reads
+// them: out as rms_norm writes it, and the Q8_0 / Q8_1 view of out in
+// `scratch` (activation_bytes of room) bit for bit what
+// quantize_activations(format, out, ...) writes. width % 32 == 0.
+ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n, size_t width, float eps, float* out,
+                                  ActivationFormat format, void* scratch, void* stream);
 
 // dst (n, width) = a (n, width) + b (b_row_stride 0: the same vector for
 // every row). dst may be a.

@@ -126,6 +126,28 @@ std::vector<float> rms_norm(const float* x, const float* weight, size_t n, size_
   return download<float>(dout, n * width);
 }
 
+NormQuantized rms_norm_quantized(ActivationFormat format, const float* x, const float* weight, size_t n, size_t width,
+                                 float eps) {
+  require_device();
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || width == 0 || width % 32 != 0) {
+    throw InvalidArgument("[cuda testing] rms_norm_quantized: Q8_0 or Q8_1 and a width multiple of 32");
+  }
+  Stream stream;
+  DeviceBuffer dx = upload(x, n * width, "x");
+  DeviceBuffer dw = upload(weight, width, "weight");
+  DeviceBuffer dout(n * width * sizeof(float), "out");
+  DeviceBuffer scratch(cuda::activation_bytes(format, n, width), "activations");
+  const cuda::ActivationView v = cuda::rms_norm_quantized(dx.as<float>(), dw.as<float>(), n, width, eps,
+                                                          dout.as<float>(), format, scratch.get(), stream.get());
+  stream.sync();
+  NormQuantized r;
+  r.out = download<float>(dout, n * width);
+  r.q.q = download_ptr(v.q, n * width);
+  r.q.d = download_ptr(v.d, n * width / 32);
+  if (v.s != nullptr) r.q.s = download_ptr(v.s, n * width / 32);
+  return r;
+}
+
 std::vector<float> glu(int kind, const float* gate, const float* up, size_t count) {
   require_device();
   Stream stream;

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
@@ -28,9 +29,14 @@ unsigned norm_threads(size_t width) {
 // Sum of squares in double (as the CPU reference does): each thread's
 // elements in order, the warp butterfly, then warp 0 over the warps' sums;
 // out = (x * scale) * w. Elements past kNormPerThread * blockDim (rows wider
-// than 4096) are read again from x in a second strided pass.
+// than 4096) are read again from x in a second strided pass. kQuant 1 / 2:
+// each warp also quantizes (Q8_0 / Q8_1) the 32 consecutive outputs it just
+// wrote, from the same floats (the width is then a multiple of 32, so every
+// warp-wide step is all in or all out of the row).
+template <int kQuant>
 __global__ void __launch_bounds__(kNormMaxThreads)
-    rms_norm_kernel(const float* x, const float* weight, size_t width, float eps, float* out) {
+    rms_norm_kernel(const float* x, const float* weight, size_t width, float eps, float* out, int8_t* q, float* d,
+                    float* s) {
   const size_t row = blockIdx.x;
   const unsigned n = blockDim.x, t = threadIdx.x;
   const float* xr = x + row * width;
@@ -44,8 +50,8 @@ __global__ void __launch_bounds__(kNormMaxThreads)
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
   for (size_t i = t + kNormPerThread * n; i < width; i += n) {
-    const double d = static_cast<double>(xr[i]);
-    sum += d * d;
+    const double e = static_cast<double>(xr[i]);
+    sum += e * e;
   }
   sum = warp_sum(sum);
   __shared__ double partial[kNormMaxThreads / 32];
@@ -63,14 +69,19 @@ __global__ void __launch_bounds__(kNormMaxThreads)
   __syncthreads();
   const float scale = scale_s;
   float* o = out + row * width;
+  const size_t row_block = row * (width / 32);
+  auto emit = [&](size_t i, float xi) {
+    const float y = weight != nullptr ? (xi * scale) * weight[i] : xi * scale;
+    o[i] = y;
+    if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(t % 32), row_block + i / 32, q, d, s);
+  };
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const size_t i = t + j * n;
-    if (i < width) o[i] = weight != nullptr ? (v[j] * scale) * weight[i] : v[j] * scale;
+    if (i < width) emit(i, v[j]);
   }
-  for (size_t i = t + kNormPerThread * n; i < width; i += n) {
-    o[i] = weight != nullptr ? (xr[i] * scale) * weight[i] : xr[i] * scale;
-  }
+  // x is read before o is written at the same index, by the same thread: out may be x.
+  for (size_t i = t + kNormPerThread * n; i < width; i += n) emit(i, xr[i]);
 }
 
 __global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {
@@ -154,16 +165,20 @@ __global__ void get_rows_kernel(const uint8_t* w, size_t row_bytes, size_t k, co
   }
 }
 
+// Grid (row, 2): block y 0 stores the row's K, block y 1 its V; the
+// conversions of a thread are independent, unrolled so their loads overlap.
 __global__ void write_kv_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k,
                                 size_t k_width, const float* v, size_t v_width) {
   const size_t r = blockIdx.x;
   if (kv.writes[r] == 0) return;
+  const bool value = blockIdx.y == 1;
   const int32_t pos = kv.positions[r];
   const size_t slot = ring ? static_cast<size_t>(pos % kv.ring_rows[r]) : static_cast<size_t>(pos);
-  uint16_t* kp = const_cast<uint16_t*>(kv.tables[r][layer]) + slot * k_width;
-  uint16_t* vp = const_cast<uint16_t*>(kv.tables[r][n_layer + layer]) + slot * v_width;
-  for (size_t i = threadIdx.x; i < k_width; i += blockDim.x) kp[i] = f32_to_f16_bits(k[r * k_width + i]);
-  for (size_t i = threadIdx.x; i < v_width; i += blockDim.x) vp[i] = f32_to_f16_bits(v[r * v_width + i]);
+  const size_t width = value ? v_width : k_width;
+  const float* src = (value ? v : k) + r * width;
+  uint16_t* dst = const_cast<uint16_t*>(kv.tables[r][value ? n_layer + layer : layer]) + slot * width;
+#pragma unroll 4
+  for (size_t i = threadIdx.x; i < width; i += blockDim.x) dst[i] = f32_to_f16_bits(src[i]);
 }
 
 __global__ void gather_rows_kernel(const float* x, size_t width, const int32_t* ids, float* out) {
@@ -185,9 +200,31 @@ void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, flo
 
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
   if (n == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(n), norm_threads(width), 0, static_cast<cudaStream_t>(stream)>>>(
-      x, weight, width, eps, out);
+  rms_norm_kernel<0><<<static_cast<unsigned>(n), norm_threads(width), 0, static_cast<cudaStream_t>(stream)>>>(
+      x, weight, width, eps, out, nullptr, nullptr, nullptr);
   check_launch("rms_norm");
+}
+
+ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n, size_t width, float eps, float* out,
+                                  ActivationFormat format, void* scratch, void* stream) {
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || width % 32 != 0) {
+    throw InternalError("[cuda rms_norm_quantized] needs Q8_0 or Q8_1 and a width multiple of 32");
+  }
+  const ActivationView view = activation_view(format, n, width, scratch);
+  if (n == 0) return view;
+  int8_t* q = const_cast<int8_t*>(view.q);
+  float* d = const_cast<float*>(view.d);
+  float* s = const_cast<float*>(view.s);
+  const unsigned threads = norm_threads(width);
+  if (format == ActivationFormat::Q8_1) {
+    rms_norm_kernel<2><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, weight, width, eps, out, q, d, s);
+  } else {
+    rms_norm_kernel<1><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, weight, width, eps, out, q, d, nullptr);
+  }
+  check_launch("rms_norm_quantized");
+  return view;
 }
 
 void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream) {
@@ -249,7 +286,7 @@ void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_
 void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k, size_t k_width,
               const float* v, size_t v_width, size_t n_rows, void* stream) {
   if (n_rows == 0) return;
-  write_kv_kernel<<<static_cast<unsigned>(n_rows), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+  write_kv_kernel<<<dim3(static_cast<unsigned>(n_rows), 2), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       kv, n_layer, layer, ring, k, k_width, v, v_width);
   check_launch("write_kv");
 }
