@@ -11,6 +11,8 @@
 #            models llama3-8b Q4_0 and smollm2-135m Q4_0 (tests/cuda/random_real_shapes.py) are written
 #   ops      tests/cuda/test_cuda_ops.py (attention at 24 context lengths up to 4095, rings and
 #            windows, rows bitwise across groups/orders/tiles; rms_norm, rope, matvec, quantize)
+#   attn     benchmarks/bench_cuda_attention.py: the attention alone, us per layer at 140, 1024 and
+#            4096 positions, llama3-8b and smollm2 head layouts, 1 and 4 rows
 #   engine   tests/cuda/test_cuda_engine.py (CPU-vs-CUDA parity, batch and chunking invariance),
 #            less its llama3-8b Q4_K real-shape cell
 #   bench    benchmarks/bench_cuda.py on both models: decode tok/s at 1/2/4 rows, pp512, bandwidth
@@ -55,6 +57,9 @@ log "ops tests"
 timeout "$(cap 75)" python3 -m pytest tests/cuda/test_cuda_ops.py -q -p no:cacheprovider -rf --maxfail=30 \
   --junitxml="$out/ops.xml" 2>&1 | tail -40 | tee -a "$out/results.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "OPS TESTS FAILED (or timed out)"; }
+
+log "attention alone (us per layer, KV evicted from L2 first)"
+timeout "$(cap 40)" python3 -u benchmarks/bench_cuda_attention.py 2>&1 | tee -a "$out/results.txt"
 
 wait $gen || { log "model generation failed:"; tail -5 "$out/gen.log" | tee -a "$out/results.txt"; }
 bench_dir=/tmp/muser-bench; mkdir -p "$bench_dir"

@@ -60,6 +60,9 @@ struct AttentionCase {
   float scale = 1.0f;
 };
 std::vector<float> attention(const AttentionCase& c);
+// Mean microseconds of the attention launch(es) of case c over `reps` runs,
+// each with the KV evicted from L2 first (for benchmarks/bench_cuda_attention.py).
+double attention_time_us(const AttentionCase& c, int reps);
 
 // Device memory free right now (bytes).
 size_t device_free_bytes();

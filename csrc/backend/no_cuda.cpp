@@ -33,6 +33,7 @@ std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, cons
   unavailable("rope");
 }
 std::vector<float> attention(const AttentionCase&) { unavailable("attention"); }
+double attention_time_us(const AttentionCase&, int) { unavailable("attention_time_us"); }
 size_t device_free_bytes() { unavailable("device_free_bytes"); }
 DeviceMemoryHold::DeviceMemoryHold(size_t) { unavailable("DeviceMemoryHold"); }
 void DeviceMemoryHold::release() noexcept {}

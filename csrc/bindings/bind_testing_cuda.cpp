@@ -52,6 +52,31 @@ void check_weight_bytes(DType type, size_t k, size_t rows, size_t got) {
   }
 }
 
+// The case of cuda_attention / cuda_time_attention, shapes checked.
+cuda_testing::AttentionCase attention_case(const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q,
+                                           std::vector<int32_t> positions, size_t n_head, size_t n_head_kv,
+                                           size_t ring_rows, size_t window, float scale) {
+  cuda_testing::AttentionCase c;
+  c.plane_rows = k_plane.shape(0);
+  if (v_plane.shape(0) != c.plane_rows || n_head == 0 || n_head_kv == 0 || k_plane.shape(1) % n_head_kv != 0 ||
+      v_plane.shape(1) % n_head_kv != 0 || q.shape(1) % n_head != 0) {
+    throw InvalidArgument("[testing] attention: inconsistent shapes");
+  }
+  c.head_dim_k = k_plane.shape(1) / n_head_kv;
+  c.head_dim_v = v_plane.shape(1) / n_head_kv;
+  c.k_plane.assign(k_plane.data(), k_plane.data() + k_plane.size());
+  c.v_plane.assign(v_plane.data(), v_plane.data() + v_plane.size());
+  c.q.assign(q.data(), q.data() + q.size());
+  c.positions = std::move(positions);
+  c.ring_rows = ring_rows;
+  c.n_head = n_head;
+  c.n_head_kv = n_head_kv;
+  c.window = window;
+  c.scale = scale;
+  if (q.shape(0) != c.positions.size()) throw InvalidArgument("[testing] attention: one position per query row");
+  return c;
+}
+
 }  // namespace
 
 void bind_testing_cuda(nb::module_& m) {
@@ -182,35 +207,30 @@ void bind_testing_cuda(nb::module_& m) {
       "cuda_attention",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
          size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window, float scale) {
-        cuda_testing::AttentionCase c;
-        c.plane_rows = k_plane.shape(0);
-        if (v_plane.shape(0) != c.plane_rows || n_head == 0 || n_head_kv == 0 || k_plane.shape(1) % n_head_kv != 0 ||
-            v_plane.shape(1) % n_head_kv != 0 || q.shape(1) % n_head != 0) {
-          throw InvalidArgument("[testing] attention: inconsistent shapes");
-        }
-        c.head_dim_k = k_plane.shape(1) / n_head_kv;
-        c.head_dim_v = v_plane.shape(1) / n_head_kv;
-        c.k_plane.assign(k_plane.data(), k_plane.data() + k_plane.size());
-        c.v_plane.assign(v_plane.data(), v_plane.data() + v_plane.size());
-        c.q.assign(q.data(), q.data() + q.size());
-        c.positions = std::move(positions);
-        c.ring_rows = ring_rows;
-        c.n_head = n_head;
-        c.n_head_kv = n_head_kv;
-        c.window = window;
-        c.scale = scale;
-        const size_t n_rows = c.positions.size();
-        if (q.shape(0) != n_rows) throw InvalidArgument("[testing] attention: one position per query row");
+        const cuda_testing::AttentionCase c =
+            attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, ring_rows, window, scale);
         std::vector<float> out;
         {
           nb::gil_scoped_release release;
           out = cuda_testing::attention(c);
         }
-        return to_numpy(std::move(out), {n_rows, n_head * c.head_dim_v});
+        return to_numpy(std::move(out), {c.positions.size(), n_head * c.head_dim_v});
       },
       nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
       nb::arg("n_head_kv"), nb::arg("ring_rows") = 0, nb::arg("window") = 0, nb::arg("scale") = 1.0f,
       "Attention of query rows at `positions` over one layer's f16 K/V planes (raw bits), on the GPU.");
+  m.def(
+      "cuda_time_attention",
+      [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
+         size_t n_head, size_t n_head_kv, int reps) {
+        const cuda_testing::AttentionCase c =
+            attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, 0, 0, 1.0f);
+        nb::gil_scoped_release release;
+        return cuda_testing::attention_time_us(c, reps);
+      },
+      nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
+      nb::arg("n_head_kv"), nb::arg("reps") = 20,
+      "Mean microseconds of one attention launch (global layout) with the KV evicted from L2 before each.");
 }
 
 }  // namespace muser::bindings

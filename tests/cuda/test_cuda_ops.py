@@ -319,3 +319,15 @@ def test_attention_rows_are_bitwise_independent_of_group_order_and_tile():
     for j, i in enumerate(many):
         assert np.array_equal(y[j], alone[i]), (j, i)
     assert np.array_equal(run(many), y)
+
+
+def test_the_attention_timer_measures_the_launch_pair():
+    """benchmarks/bench_cuda_attention.py's timer: a positive time, bounded, and
+    an invalid repetition count is refused."""
+    rng = np.random.default_rng(7)
+    k, v = _kv_planes(rng, 4096, 8, 128, 128)
+    q = rng.standard_normal((4, 32 * 128)).astype(np.float32)
+    us = t.cuda_time_attention(k, v, q, [4095, 140, 0, 1000], 32, 8, 3)
+    assert 0.0 < us < 10_000.0
+    with pytest.raises(ValueError):
+        t.cuda_time_attention(k, v, q, [4095, 140, 0, 1000], 32, 8, 0)

@@ -211,8 +211,8 @@ CudaBackend::Compiled& CudaBackend::compile(const StepGraph& graph) {
     } else if (op.kind == OpKind::Rope) {
       c.rope_freqs[i] = rope_table(op.p, op.src[2], graph);
     } else if (op.kind == OpKind::Attention) {
-      c.attention_bytes =
-          std::max(c.attention_bytes, attention_scratch_bytes(attention_shape(op.p, 0, false), graph.tensor(op.dst).rows));
+      const size_t rows = graph.tensor(op.dst).rows;
+      c.attention_bytes = std::max(c.attention_bytes, attention_scratch_bytes(attention_shape(op.p, 0, false), rows));
     }
   }
   return compiled_.emplace(graph.id, std::move(c)).first->second;

@@ -190,7 +190,12 @@ std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t he
   return download<float>(dx, n_rows * n_heads * head_dim);
 }
 
-std::vector<float> attention(const AttentionCase& c) {
+namespace {
+
+// Runs the attention of case c once, then (reps > 0) reps more times, each
+// after a write of 256 MiB that evicts the KV from L2 (as a decode step's
+// weights do between layers); *us gets the mean of the timed launches.
+std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
   require_device();
   const size_t n_rows = c.positions.size();
   const size_t k_width = c.n_head_kv * c.head_dim_k, v_width = c.n_head_kv * c.head_dim_v;
@@ -232,7 +237,44 @@ std::vector<float> attention(const AttentionCase& c) {
   DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n_rows), "attention partials");
   cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
   stream.sync();
+  if (reps > 0) {
+    constexpr size_t kFlushBytes = size_t{256} << 20;
+    DeviceBuffer flush(kFlushBytes, "L2 flush");
+    cudaEvent_t start = nullptr, stop = nullptr;
+    cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    cuda::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+    double total_ms = 0.0;
+    cudaError_t err = cudaSuccess;
+    for (int i = 0; i < reps && err == cudaSuccess; ++i) {
+      cudaStream_t s = static_cast<cudaStream_t>(stream.get());
+      err = cudaMemsetAsync(flush.get(), i & 0xff, kFlushBytes, s);
+      if (err == cudaSuccess) err = cudaEventRecord(start, s);
+      if (err == cudaSuccess) {
+        cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
+        err = cudaEventRecord(stop, s);
+      }
+      if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+      float ms = 0.0f;
+      if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+      total_ms += ms;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cuda::check_cuda(err, "timed attention");
+    *us = 1000.0 * total_ms / reps;
+  }
   return download<float>(dout, n_rows * c.n_head * c.head_dim_v);
+}
+
+}  // namespace
+
+std::vector<float> attention(const AttentionCase& c) { return run_attention(c, 0, nullptr); }
+
+double attention_time_us(const AttentionCase& c, int reps) {
+  if (reps <= 0) throw InvalidArgument("[cuda testing] attention_time_us: reps must be positive");
+  double us = 0.0;
+  run_attention(c, reps, &us);
+  return us;
 }
 
 size_t device_free_bytes() {
