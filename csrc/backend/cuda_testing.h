@@ -32,7 +32,8 @@ QuantizedRows quantize(ActivationFormat format, const float* x, size_t n_rows, s
 std::vector<float> get_rows(DType type, const uint8_t* w, size_t k, size_t n_rows_w, const std::vector<int32_t>& ids);
 std::vector<float> rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps);
 // The fused rms_norm + Q8_0 / Q8_1 quantization of the backend's decode path:
-// the normalized rows in `out` and their quantization in `q`.
+// the normalized rows in `out` and their quantization in `q` (also what
+// glu_quantized returns).
 struct NormQuantized {
   std::vector<float> out;  // (n, width)
   QuantizedRows q;
@@ -41,6 +42,10 @@ NormQuantized rms_norm_quantized(ActivationFormat format, const float* x, const 
                                  float eps);
 // kind 0: SwiGLU, 1: GeGLU (tanh). Returns act(gate) * up.
 std::vector<float> glu(int kind, const float* gate, const float* up, size_t count);
+// The fused glu + Q8_0 / Q8_1 quantization of the backend's decode path, on
+// (n_rows, width) gate and up rows.
+NormQuantized glu_quantized(ActivationFormat format, int kind, const float* gate, const float* up, size_t n_rows,
+                            size_t width);
 std::vector<float> softcap(const float* x, size_t count, float cap);
 // x (n_rows, n_heads * head_dim) rotated at `positions` with inv_freq
 // pow(base, -2i/n_rot) / divisors[i] (divisors may be empty).

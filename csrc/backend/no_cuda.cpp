@@ -27,6 +27,9 @@ NormQuantized rms_norm_quantized(ActivationFormat, const float*, const float*, s
   unavailable("rms_norm_quantized");
 }
 std::vector<float> glu(int, const float*, const float*, size_t) { unavailable("glu"); }
+NormQuantized glu_quantized(ActivationFormat, int, const float*, const float*, size_t, size_t) {
+  unavailable("glu_quantized");
+}
 std::vector<float> softcap(const float*, size_t, float) { unavailable("softcap"); }
 std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, const std::vector<int32_t>&, double,
                         double, const std::vector<float>&) {

@@ -175,6 +175,24 @@ void bind_testing_cuda(nb::module_& m) {
       },
       nb::arg("kind"), nb::arg("gate"), nb::arg("up"), "act(gate) * up on the GPU.");
   m.def(
+      "cuda_glu_quantized",
+      [](const std::string& format_name, const std::string& kind, const Floats2D& gate, const Floats2D& up) {
+        const ActivationFormat format = format_of(format_name);
+        if (kind != "silu" && kind != "gelu_tanh") throw InvalidArgument("[testing] glu kind: silu or gelu_tanh");
+        const size_t n = gate.shape(0), width = gate.shape(1);
+        if (up.shape(0) != n || up.shape(1) != width) throw InvalidArgument("[testing] glu: gate and up shapes differ");
+        cuda_testing::NormQuantized r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::glu_quantized(format, kind == "silu" ? 0 : 1, gate.data(), up.data(), n, width);
+        }
+        const size_t nd = r.q.d.size(), ns = r.q.s.size();
+        return nb::make_tuple(to_numpy(std::move(r.out), {n, width}), to_numpy(std::move(r.q.q), {n, width}),
+                              to_numpy(std::move(r.q.d), {nd}), to_numpy(std::move(r.q.s), {ns}));
+      },
+      nb::arg("format"), nb::arg("kind"), nb::arg("gate"), nb::arg("up"),
+      "(out, q, d, s) of the fused GPU glu + Q8_0/Q8_1 quantization of (rows, width) gate/up (s Q8_1 only).");
+  m.def(
       "cuda_softcap",
       [](const Floats1D& x, float cap) {
         std::vector<float> out;

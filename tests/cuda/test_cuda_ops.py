@@ -178,6 +178,20 @@ def test_glu_matches_numpy(kind):
     np.testing.assert_allclose(gpu, act * u, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1"])
+@pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
+def test_glu_quantized_writes_the_glu_and_exactly_its_quantization(fmt, kind):
+    rng = np.random.default_rng(len(fmt) + len(kind))
+    g = (rng.standard_normal((3, 1536)) * 4).astype(np.float32)
+    u = rng.standard_normal((3, 1536)).astype(np.float32)
+    u[1, 32:96] = 0.0  # all-zero blocks
+    out, q, d, s = t.cuda_glu_quantized(fmt, kind, g, u)
+    assert np.array_equal(out.reshape(-1), t.cuda_glu(kind, g.reshape(-1), u.reshape(-1)))
+    ref_q, ref_d, ref_s, _ = t.cuda_quantize(fmt, out)
+    assert np.array_equal(q, ref_q) and np.array_equal(d, ref_d) and np.array_equal(s, ref_s)
+    assert len(s) == (3 * 1536 // 32 if fmt == "Q8_1" else 0)
+
+
 def test_softcap_matches_numpy():
     x = np.linspace(-100, 100, 513).astype(np.float32)
     np.testing.assert_allclose(t.cuda_softcap(x, 30.0), 30.0 * np.tanh(x.astype(np.float64) / 30.0), rtol=1e-6,

@@ -280,14 +280,14 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   };
   for (Memo& m : memo_) m.source = kNoTensor;
   // The Q8_0 / Q8_1 format in which op i + 1, a matvec, reads the rows op i
-  // (an RmsNorm over whole rows) writes; F32 when the norm cannot hand them
-  // over already quantized (rms_norm_quantized then saves a launch).
-  auto quantized_by_norm = [&](size_t i) -> ActivationFormat {
+  // (an RmsNorm over whole rows, or a Glu) writes; F32 when op i cannot hand
+  // them over already quantized (rms_norm_quantized / glu_quantized then
+  // save the quantization's launch).
+  auto quantized_by_op = [&](size_t i) -> ActivationFormat {
     const Op& op = graph.ops[i];
     const TensorDesc& out = graph.tensor(op.dst);
-    if (i + 1 >= graph.ops.size() || (op.p.group != 0 && op.p.group != out.cols) || out.cols % 32 != 0) {
-      return ActivationFormat::F32;
-    }
+    const bool whole_rows = op.kind != OpKind::RmsNorm || op.p.group == 0 || op.p.group == out.cols;
+    if (i + 1 >= graph.ops.size() || !whole_rows || out.cols % 32 != 0) return ActivationFormat::F32;
     const Op& next = graph.ops[i + 1];
     if (next.kind != OpKind::MatMul || next.src[1] != op.dst) return ActivationFormat::F32;
     const DeviceWeight& w = weight_[graph.tensor(next.src[0]).weight];
@@ -319,7 +319,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         break;
       }
       case OpKind::RmsNorm: {
-        const ActivationFormat f = quantized_by_norm(i);
+        const ActivationFormat f = quantized_by_op(i);
         if (f != ActivationFormat::F32) {
           made_here.source = op.dst;
           made_here.view = rms_norm_quantized(act(c, op.src[0]), weight_f32(op.src[1]), dst->rows, dst->cols, p.eps,
@@ -354,10 +354,18 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
              ints(op.src[1]), c.rope_freqs[i], p.rope_freq_scale, stream_);
         break;
       }
-      case OpKind::Glu:
-        glu(p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh, act(c, op.dst), act(c, op.src[0]),
-            act(c, op.src[1]), dst->rows * dst->cols, stream_);
+      case OpKind::Glu: {
+        const Glu kind = p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh;
+        const ActivationFormat f = quantized_by_op(i);
+        if (f != ActivationFormat::F32) {
+          made_here.source = op.dst;
+          made_here.view = glu_quantized(kind, act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), dst->rows,
+                                         dst->cols, f, act_scratch_[static_cast<uint32_t>(f)].get(), stream_);
+          break;
+        }
+        glu(kind, act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), dst->rows * dst->cols, stream_);
         break;
+      }
       case OpKind::Softcap:
         softcap(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols, p.scalar, stream_);
         break;

@@ -89,6 +89,11 @@ enum class Glu : int { Silu = 0, GeluTanh = 1 };
 // dst (count) = act(gate) * up. dst may be gate.
 void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream);
 
+// glu that also quantizes its output rows (n_rows, width) for the matvec
+// that reads them, as rms_norm_quantized does. width % 32 == 0.
+ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const float* up, size_t n_rows, size_t width,
+                             ActivationFormat format, void* scratch, void* stream);
+
 // dst (n, dst_cols) = src (n, src_cols) columns [offset, offset + dst_cols).
 void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
                 void* stream);

@@ -159,6 +159,30 @@ std::vector<float> glu(int kind, const float* gate, const float* up, size_t coun
   return download<float>(dg, count);
 }
 
+NormQuantized glu_quantized(ActivationFormat format, int kind, const float* gate, const float* up, size_t n_rows,
+                            size_t width) {
+  require_device();
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || width == 0 || width % 32 != 0) {
+    throw InvalidArgument("[cuda testing] glu_quantized: Q8_0 or Q8_1 and a width multiple of 32");
+  }
+  Stream stream;
+  const size_t count = n_rows * width;
+  DeviceBuffer dg = upload(gate, count, "gate");
+  DeviceBuffer du = upload(up, count, "up");
+  DeviceBuffer dout(count * sizeof(float), "out");
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, width), "activations");
+  const cuda::ActivationView v =
+      cuda::glu_quantized(kind == 0 ? cuda::Glu::Silu : cuda::Glu::GeluTanh, dout.as<float>(), dg.as<float>(),
+                          du.as<float>(), n_rows, width, format, scratch.get(), stream.get());
+  stream.sync();
+  NormQuantized r;
+  r.out = download<float>(dout, count);
+  r.q.q = download_ptr(v.q, count);
+  r.q.d = download_ptr(v.d, count / 32);
+  if (v.s != nullptr) r.q.s = download_ptr(v.s, count / 32);
+  return r;
+}
+
 std::vector<float> softcap(const float* x, size_t count, float cap) {
   require_device();
   Stream stream;

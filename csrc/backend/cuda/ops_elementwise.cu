@@ -100,18 +100,27 @@ __global__ void softcap_kernel(float* dst, const float* src, size_t count, float
   if (i < count) dst[i] = cap * tanhf(src[i] / cap);
 }
 
-__global__ void glu_kernel(int kind, float* dst, const float* gate, const float* up, size_t count) {
+// kQuant 1 / 2: each warp also quantizes (Q8_0 / Q8_1) the 32 consecutive
+// outputs it just wrote, from the same floats (count is then a multiple of
+// 32: a warp is all in or all out of range, and its 32 elements are one
+// block of the flat (rows, width) activation layout).
+template <int kQuant>
+__global__ void glu_kernel(int kind, float* dst, const float* gate, const float* up, size_t count, int8_t* q,
+                           float* d, float* s) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float g = gate[i];
+  float y;
   if (kind == static_cast<int>(Glu::Silu)) {
-    dst[i] = g / (1.0f + expf(-g)) * up[i];
+    y = g / (1.0f + expf(-g)) * up[i];
   } else {
     // gelu, tanh form: g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)).
     constexpr float kMinusTwoSqrt2OverPi = -1.5957691216057308f;
     constexpr float kCubic = 0.044715f;
-    dst[i] = g / (1.0f + expf(kMinusTwoSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
+    y = g / (1.0f + expf(kMinusTwoSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
   }
+  dst[i] = y;
+  if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(threadIdx.x % 32), i / 32, q, d, s);
 }
 
 __global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t src_cols, size_t offset,
@@ -250,9 +259,32 @@ void softcap(float* dst, const float* src, size_t count, float cap, void* stream
 
 void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream) {
   if (count == 0) return;
-  glu_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind),
-                                                                                              dst, gate, up, count);
+  glu_kernel<0><<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<int>(kind), dst, gate, up, count, nullptr, nullptr, nullptr);
   check_launch("glu");
+}
+
+ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const float* up, size_t n_rows, size_t width,
+                             ActivationFormat format, void* scratch, void* stream) {
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || width % 32 != 0) {
+    throw InternalError("[cuda glu_quantized] needs Q8_0 or Q8_1 and a width multiple of 32");
+  }
+  const ActivationView view = activation_view(format, n_rows, width, scratch);
+  const size_t count = n_rows * width;
+  if (count == 0) return view;
+  int8_t* q = const_cast<int8_t*>(view.q);
+  float* d = const_cast<float*>(view.d);
+  float* s = const_cast<float*>(view.s);
+  const unsigned grid = ceil_div(count, kThreads);
+  if (format == ActivationFormat::Q8_1) {
+    glu_kernel<2><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind), dst, gate, up,
+                                                                           count, q, d, s);
+  } else {
+    glu_kernel<1><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind), dst, gate, up,
+                                                                           count, q, d, nullptr);
+  }
+  check_launch("glu_quantized");
+  return view;
 }
 
 void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
