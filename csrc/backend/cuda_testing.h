@@ -42,6 +42,15 @@ NormQuantized rms_norm_quantized(ActivationFormat format, const float* x, const 
                                  float eps);
 // kind 0: SwiGLU, 1: GeGLU (tanh). Returns act(gate) * up.
 std::vector<float> glu(int kind, const float* gate, const float* up, size_t count);
+// The residual add + rms_norm (+ Q8_0 / Q8_1 quantization; F32: none) of the
+// backend's decode path, with the sum written over a as the backend does:
+// `sum` = a + b, then what rms_norm_quantized returns for it.
+struct AddNormed {
+  std::vector<float> sum;  // (n, width)
+  NormQuantized normed;
+};
+AddNormed add_rms_norm(ActivationFormat format, const float* a, const float* b, const float* weight, size_t n,
+                       size_t width, float eps);
 // The fused glu + Q8_0 / Q8_1 quantization of the backend's decode path, on
 // (n_rows, width) gate and up rows.
 NormQuantized glu_quantized(ActivationFormat format, int kind, const float* gate, const float* up, size_t n_rows,

@@ -27,6 +27,9 @@ NormQuantized rms_norm_quantized(ActivationFormat, const float*, const float*, s
   unavailable("rms_norm_quantized");
 }
 std::vector<float> glu(int, const float*, const float*, size_t) { unavailable("glu"); }
+AddNormed add_rms_norm(ActivationFormat, const float*, const float*, const float*, size_t, size_t, float) {
+  unavailable("add_rms_norm");
+}
 NormQuantized glu_quantized(ActivationFormat, int, const float*, const float*, size_t, size_t) {
   unavailable("glu_quantized");
 }

@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -174,6 +175,28 @@ void bind_testing_cuda(nb::module_& m) {
         return to_numpy(std::move(out), {gate.shape(0)});
       },
       nb::arg("kind"), nb::arg("gate"), nb::arg("up"), "act(gate) * up on the GPU.");
+  m.def(
+      "cuda_add_rms_norm",
+      [](const std::string& format_name, const Floats2D& a, const Floats2D& b, const Floats1D& weight, float eps) {
+        const ActivationFormat format = format_name == "F32" ? ActivationFormat::F32 : format_of(format_name);
+        const size_t n = a.shape(0), width = a.shape(1);
+        if (b.shape(0) != n || b.shape(1) != width || weight.shape(0) != width) {
+          throw InvalidArgument("[testing] add_rms_norm: a, b and weight shapes differ");
+        }
+        cuda_testing::AddNormed r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::add_rms_norm(format, a.data(), b.data(), weight.data(), n, width, eps);
+        }
+        const size_t nq = r.normed.q.q.size() / std::max<size_t>(n, 1), nd = r.normed.q.d.size(),
+                     ns = r.normed.q.s.size();
+        return nb::make_tuple(to_numpy(std::move(r.sum), {n, width}), to_numpy(std::move(r.normed.out), {n, width}),
+                              to_numpy(std::move(r.normed.q.q), {n, nq}), to_numpy(std::move(r.normed.q.d), {nd}),
+                              to_numpy(std::move(r.normed.q.s), {ns}));
+      },
+      nb::arg("format"), nb::arg("a"), nb::arg("b"), nb::arg("weight"), nb::arg("eps"),
+      "(sum, out, q, d, s) of the fused GPU residual add + rms_norm (+ Q8_0/Q8_1 quantization; format 'F32': "
+      "none, q/d/s empty), the sum written over a.");
   m.def(
       "cuda_glu_quantized",
       [](const std::string& format_name, const std::string& kind, const Floats2D& gate, const Floats2D& up) {

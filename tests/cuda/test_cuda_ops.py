@@ -140,6 +140,26 @@ def test_rms_norm_quantized_writes_the_norm_and_exactly_its_quantization(fmt, wi
     assert np.array_equal(one[0][0], out[3]) and np.array_equal(one[1][0], q[3])
 
 
+@pytest.mark.parametrize("fmt", ["F32", "Q8_0", "Q8_1"])
+@pytest.mark.parametrize("width", [576, 4096, 5376])
+def test_add_rms_norm_writes_the_sum_the_norm_and_its_quantization(fmt, width):
+    """The residual add fused into the next norm (in place over a, as the
+    backend runs it): the sums bitwise a + b, the norm bitwise rms_norm's of
+    them, the Q8 bytes bitwise cuda_quantize's of the norm."""
+    rng = np.random.default_rng(width + len(fmt) + 1)
+    a = (rng.standard_normal((4, width)) * 3).astype(np.float32)
+    b = rng.standard_normal((4, width)).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, width).astype(np.float32)
+    total, out, q, d, s = t.cuda_add_rms_norm(fmt, a, b, w, 1e-5)
+    assert np.array_equal(total, a + b)
+    assert np.array_equal(out, t.cuda_rms_norm(a + b, w, 1e-5))
+    if fmt == "F32":
+        assert q.size == 0 and d.size == 0 and s.size == 0
+    else:
+        ref_q, ref_d, ref_s, _ = t.cuda_quantize(fmt, out)
+        assert np.array_equal(q, ref_q) and np.array_equal(d, ref_d) and np.array_equal(s, ref_s)
+
+
 @pytest.mark.parametrize("n_heads,head_dim,n_rot,neox", [(32, 128, 128, False), (8, 128, 128, True), (9, 64, 64, True),
                                                          (5, 256, 256, False), (1, 64, 32, False)])
 def test_rope_over_head_groups_and_rows_are_independent(n_heads, head_dim, n_rot, neox):

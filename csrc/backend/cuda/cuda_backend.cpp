@@ -296,11 +296,24 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
     return q8_32 && w.ne0 == out.cols ? f : ActivationFormat::F32;
   };
 
+  // Whether op i, an Add of two activations, is followed by the RmsNorm
+  // (over whole rows) of its sum: add_rms_norm runs both.
+  auto adds_into_norm = [&](size_t i) -> bool {
+    if (i + 1 >= graph.ops.size()) return false;
+    const Op& op = graph.ops[i];
+    const Op& next = graph.ops[i + 1];
+    const TensorDesc& sum = graph.tensor(op.dst);
+    if (next.kind != OpKind::RmsNorm || next.src[0] != op.dst) return false;
+    const TensorDesc& out = graph.tensor(next.dst);
+    return (next.p.group == 0 || next.p.group == out.cols) && out.rows == sum.rows && out.cols == sum.cols;
+  };
+
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const OpParams& p = op.p;
     const TensorDesc* dst = op.dst != kNoTensor ? &graph.tensor(op.dst) : nullptr;
-    Memo made_here;  // a quantization this op wrote along with its output
+    Memo made_here;   // a quantization this op wrote along with its output
+    size_t ran = 1;   // ops this step of the loop ran (2: an Add and the RmsNorm of its sum)
     switch (op.kind) {
       case OpKind::GetRows: {
         const TensorDesc& table = graph.tensor(op.src[0]);
@@ -334,6 +347,22 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
       }
       case OpKind::Add: {
         const TensorDesc& b = graph.tensor(op.src[1]);
+        if (b.kind != TensorKind::Weight && adds_into_norm(i)) {
+          // The residual add and the norm of its sum in one launch (the
+          // norm also quantizes when its matvec reads Q8_0 / Q8_1).
+          const Op& norm = graph.ops[i + 1];
+          const ActivationFormat f = quantized_by_op(i + 1);
+          const ActivationView view =
+              add_rms_norm(act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), weight_f32(norm.src[1]), dst->rows,
+                           dst->cols, norm.p.eps, act(c, norm.dst), f, act_scratch_[static_cast<uint32_t>(f)].get(),
+                           stream_);
+          if (f != ActivationFormat::F32) {
+            made_here.source = norm.dst;
+            made_here.view = view;
+          }
+          ran = 2;
+          break;
+        }
         if (b.kind == TensorKind::Weight) {
           add(act(c, op.dst), act(c, op.src[0]), weight_f32(op.src[1]), dst->rows, dst->cols, 0, stream_);
         } else {
@@ -386,12 +415,15 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
                   act(c, op.dst), attention_scratch_.get(), stream_);
         break;
     }
-    // A quantization of a tensor this op rewrote is stale; one it wrote
-    // itself replaces its format's memo (the scratch now holds it).
-    for (Memo& m : memo_) {
-      if (m.source == op.dst) m.source = kNoTensor;
+    // A quantization of a tensor these ops rewrote is stale; one they wrote
+    // themselves replaces its format's memo (the scratch now holds it).
+    for (size_t k = i; k < i + ran; ++k) {
+      for (Memo& m : memo_) {
+        if (m.source == graph.ops[k].dst) m.source = kNoTensor;
+      }
     }
     if (made_here.source != kNoTensor) memo_[static_cast<uint32_t>(made_here.view.format)] = made_here;
+    i += ran - 1;
   }
   const TensorDesc& logits = graph.tensor(graph.logits);
   check_cuda(cudaMemcpyAsync(logits_host_.get(), act(c, graph.logits), logits.rows * logits.cols * sizeof(float),

@@ -77,6 +77,14 @@ void rms_norm(const float* x, const float* weight, size_t n, size_t width, float
 ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n, size_t width, float eps, float* out,
                                   ActivationFormat format, void* scratch, void* stream);
 
+// The residual add before a norm, in one launch: sum_out (n, width) =
+// a + b (the bits add writes; sum_out may be a), then out = rms_norm of
+// sum_out as rms_norm writes it, and with format Q8_0 / Q8_1 (width % 32 ==
+// 0) its view quantized in `scratch` as rms_norm_quantized does (F32: none).
+ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, const float* weight, size_t n,
+                            size_t width, float eps, float* out, ActivationFormat format, void* scratch,
+                            void* stream);
+
 // dst (n, width) = a (n, width) + b (b_row_stride 0: the same vector for
 // every row). dst may be a.
 void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream);

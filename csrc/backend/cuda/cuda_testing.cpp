@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_device.h"
@@ -157,6 +158,34 @@ std::vector<float> glu(int kind, const float* gate, const float* up, size_t coun
             stream.get());
   stream.sync();
   return download<float>(dg, count);
+}
+
+AddNormed add_rms_norm(ActivationFormat format, const float* a, const float* b, const float* weight, size_t n,
+                       size_t width, float eps) {
+  require_device();
+  const bool quantize = format != ActivationFormat::F32;
+  if (width == 0 || (quantize && (format == ActivationFormat::Q8_K || width % 32 != 0))) {
+    throw InvalidArgument("[cuda testing] add_rms_norm: F32, Q8_0 or Q8_1 (then a width multiple of 32)");
+  }
+  Stream stream;
+  DeviceBuffer da = upload(a, n * width, "a");
+  DeviceBuffer db = upload(b, n * width, "b");
+  DeviceBuffer dw = upload(weight, width, "weight");
+  DeviceBuffer dout(n * width * sizeof(float), "out");
+  DeviceBuffer scratch(std::max<size_t>(cuda::activation_bytes(format, n, width), 1), "activations");
+  // In place, as the backend runs it: the sums overwrite a.
+  const cuda::ActivationView v = cuda::add_rms_norm(da.as<float>(), da.as<float>(), db.as<float>(), dw.as<float>(), n,
+                                                    width, eps, dout.as<float>(), format, scratch.get(), stream.get());
+  stream.sync();
+  AddNormed r;
+  r.sum = download<float>(da, n * width);
+  r.normed.out = download<float>(dout, n * width);
+  if (quantize) {
+    r.normed.q.q = download_ptr(v.q, n * width);
+    r.normed.q.d = download_ptr(v.d, n * width / 32);
+    if (v.s != nullptr) r.normed.q.s = download_ptr(v.s, n * width / 32);
+  }
+  return r;
 }
 
 NormQuantized glu_quantized(ActivationFormat format, int kind, const float* gate, const float* up, size_t n_rows,

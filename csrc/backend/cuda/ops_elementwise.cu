@@ -28,29 +28,41 @@ unsigned norm_threads(size_t width) {
 
 // Sum of squares in double (as the CPU reference does): each thread's
 // elements in order, the warp butterfly, then warp 0 over the warps' sums;
-// out = (x * scale) * w. Elements past kNormPerThread * blockDim (rows wider
-// than 4096) are read again from x in a second strided pass. kQuant 1 / 2:
-// each warp also quantizes (Q8_0 / Q8_1) the 32 consecutive outputs it just
-// wrote, from the same floats (the width is then a multiple of 32, so every
-// warp-wide step is all in or all out of the row).
+// out = (x * scale) * w. With `residual`, the row normalized is x + residual
+// (the float sums add_kernel makes), stored to sum_out first: the residual
+// add before a norm, in the same launch. Elements past kNormPerThread *
+// blockDim (rows wider than 4096) are read again in a second strided pass
+// (from sum_out when adding: x may be sum_out). kQuant 1 / 2: each warp also
+// quantizes (Q8_0 / Q8_1) the 32 consecutive outputs it just wrote, from the
+// same floats (the width is then a multiple of 32, so every warp-wide step is
+// all in or all out of the row).
 template <int kQuant>
 __global__ void __launch_bounds__(kNormMaxThreads)
-    rms_norm_kernel(const float* x, const float* weight, size_t width, float eps, float* out, int8_t* q, float* d,
-                    float* s) {
+    rms_norm_kernel(const float* x, const float* residual, float* sum_out, const float* weight, size_t width,
+                    float eps, float* out, int8_t* q, float* d, float* s) {
   const size_t row = blockIdx.x;
   const unsigned n = blockDim.x, t = threadIdx.x;
   const float* xr = x + row * width;
+  const float* rr = residual != nullptr ? residual + row * width : nullptr;
+  float* sr = sum_out != nullptr ? sum_out + row * width : nullptr;
+  // Element i of the row normalized, read once (and its sum stored) per pass.
+  auto load = [&](size_t i) -> float {
+    if (rr == nullptr) return xr[i];
+    const float e = xr[i] + rr[i];
+    sr[i] = e;
+    return e;
+  };
   float v[kNormPerThread];
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const size_t i = t + j * n;
-    v[j] = i < width ? xr[i] : 0.0f;
+    v[j] = i < width ? load(i) : 0.0f;
   }
   double sum = 0.0;
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
   for (size_t i = t + kNormPerThread * n; i < width; i += n) {
-    const double e = static_cast<double>(xr[i]);
+    const double e = static_cast<double>(load(i));
     sum += e * e;
   }
   sum = warp_sum(sum);
@@ -80,8 +92,9 @@ __global__ void __launch_bounds__(kNormMaxThreads)
     const size_t i = t + j * n;
     if (i < width) emit(i, v[j]);
   }
-  // x is read before o is written at the same index, by the same thread: out may be x.
-  for (size_t i = t + kNormPerThread * n; i < width; i += n) emit(i, xr[i]);
+  // Each index is read and written by one thread, reads first: out may be x
+  // (or sum_out).
+  for (size_t i = t + kNormPerThread * n; i < width; i += n) emit(i, rr != nullptr ? sr[i] : xr[i]);
 }
 
 __global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {
@@ -210,8 +223,35 @@ void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, flo
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
   if (n == 0) return;
   rms_norm_kernel<0><<<static_cast<unsigned>(n), norm_threads(width), 0, static_cast<cudaStream_t>(stream)>>>(
-      x, weight, width, eps, out, nullptr, nullptr, nullptr);
+      x, nullptr, nullptr, weight, width, eps, out, nullptr, nullptr, nullptr);
   check_launch("rms_norm");
+}
+
+ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, const float* weight, size_t n,
+                            size_t width, float eps, float* out, ActivationFormat format, void* scratch,
+                            void* stream) {
+  const bool quantize = format != ActivationFormat::F32;
+  if ((quantize && format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) ||
+      (quantize && width % 32 != 0)) {
+    throw InternalError("[cuda add_rms_norm] quantizes to Q8_0 or Q8_1 only, rows of a multiple of 32");
+  }
+  ActivationView view = activation_view(format, n, width, scratch);
+  if (n == 0) return view;
+  int8_t* q = const_cast<int8_t*>(view.q);
+  float* d = const_cast<float*>(view.d);
+  float* s = const_cast<float*>(view.s);
+  const dim3 grid(static_cast<unsigned>(n));
+  const unsigned threads = norm_threads(width);
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (format == ActivationFormat::Q8_1) {
+    rms_norm_kernel<2><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, q, d, s);
+  } else if (format == ActivationFormat::Q8_0) {
+    rms_norm_kernel<1><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, q, d, nullptr);
+  } else {
+    rms_norm_kernel<0><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, nullptr, nullptr, nullptr);
+  }
+  check_launch("add_rms_norm");
+  return view;
 }
 
 ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n, size_t width, float eps, float* out,
@@ -227,10 +267,10 @@ ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n,
   const unsigned threads = norm_threads(width);
   if (format == ActivationFormat::Q8_1) {
     rms_norm_kernel<2><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
-        x, weight, width, eps, out, q, d, s);
+        x, nullptr, nullptr, weight, width, eps, out, q, d, s);
   } else {
     rms_norm_kernel<1><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
-        x, weight, width, eps, out, q, d, nullptr);
+        x, nullptr, nullptr, weight, width, eps, out, q, d, nullptr);
   }
   check_launch("rms_norm_quantized");
   return view;
