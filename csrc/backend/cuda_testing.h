@@ -62,6 +62,12 @@ std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t he
                         const std::vector<int32_t>& positions, double base, double position_scale,
                         const std::vector<float>& divisors);
 
+// The backend's q/k rope in one launch: a (n_rows, n_heads_a * head_dim) and
+// b (n_rows, n_heads_b * head_dim) rotated at `positions` (base, scale 1).
+std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, size_t n_rows,
+                             size_t head_dim, size_t n_rot, bool neox, const std::vector<int32_t>& positions,
+                             double base);
+
 // One layer of f16 K/V planes of `plane_rows` rows and queries at given
 // positions; ring_rows > 0 reads position p at row p % ring_rows.
 struct AttentionCase {

@@ -38,6 +38,10 @@ std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, cons
                         double, const std::vector<float>&) {
   unavailable("rope");
 }
+std::vector<float> rope_pair(const float*, size_t, const float*, size_t, size_t, size_t, size_t, bool,
+                             const std::vector<int32_t>&, double) {
+  unavailable("rope_pair");
+}
 std::vector<float> attention(const AttentionCase&) { unavailable("attention"); }
 double attention_time_us(const AttentionCase&, int) { unavailable("attention_time_us"); }
 size_t device_free_bytes() { unavailable("device_free_bytes"); }

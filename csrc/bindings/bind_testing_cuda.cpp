@@ -245,6 +245,30 @@ void bind_testing_cuda(nb::module_& m) {
       nb::arg("position_scale") = 1.0, nb::arg("divisors") = std::vector<float>{},
       "RoPE of each row's heads at `positions` on the GPU.");
   m.def(
+      "cuda_rope_pair",
+      [](const Floats2D& a, size_t n_heads_a, const Floats2D& b, size_t n_heads_b, size_t n_rot, bool neox,
+         std::vector<int32_t> positions, double base) {
+        const size_t n_rows = a.shape(0);
+        if (n_heads_a == 0 || n_heads_b == 0 || b.shape(0) != n_rows || a.shape(1) % n_heads_a != 0 ||
+            b.shape(1) % n_heads_b != 0 || a.shape(1) / n_heads_a != b.shape(1) / n_heads_b) {
+          throw InvalidArgument("[testing] rope_pair: rows and head sizes of a and b must agree");
+        }
+        const size_t head_dim = a.shape(1) / n_heads_a;
+        std::vector<float> out;
+        {
+          nb::gil_scoped_release release;
+          out = cuda_testing::rope_pair(a.data(), n_heads_a, b.data(), n_heads_b, n_rows, head_dim, n_rot, neox,
+                                        positions, base);
+        }
+        std::vector<float> rb(out.begin() + static_cast<std::ptrdiff_t>(n_rows * a.shape(1)), out.end());
+        out.resize(n_rows * a.shape(1));
+        return nb::make_tuple(to_numpy(std::move(out), {n_rows, a.shape(1)}),
+                              to_numpy(std::move(rb), {n_rows, b.shape(1)}));
+      },
+      nb::arg("a"), nb::arg("n_heads_a"), nb::arg("b"), nb::arg("n_heads_b"), nb::arg("n_rot"), nb::arg("neox"),
+      nb::arg("positions"), nb::arg("base"),
+      "(a, b) rotated at `positions` in one launch (the backend's q/k rope), on the GPU.");
+  m.def(
       "cuda_attention",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
          size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window, float scale) {

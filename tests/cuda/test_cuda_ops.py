@@ -184,6 +184,19 @@ def test_rope_over_head_groups_and_rows_are_independent(n_heads, head_dim, n_rot
         assert np.array_equal(alone[0], gpu[r])
 
 
+@pytest.mark.parametrize("n_heads_q,n_heads_k,head_dim,neox",
+                         [(32, 8, 128, False), (9, 3, 64, True), (5, 1, 256, True)])
+def test_rope_of_q_and_k_in_one_launch_is_bitwise_two_ropes(n_heads_q, n_heads_k, head_dim, neox):
+    rng = np.random.default_rng(n_heads_q + head_dim)
+    positions = [0, 140, 4095]
+    q = rng.standard_normal((3, n_heads_q * head_dim)).astype(np.float32)
+    k = rng.standard_normal((3, n_heads_k * head_dim)).astype(np.float32)
+    rq, rk = t.cuda_rope_pair(q, n_heads_q, k, n_heads_k, head_dim, neox, positions, 500000.0)
+    assert np.array_equal(rq, t.cuda_rope(q, n_heads_q, head_dim, neox, positions, 500000.0))
+    assert np.array_equal(rk, t.cuda_rope(k, n_heads_k, head_dim, neox, positions, 500000.0))
+    assert not np.array_equal(rq[1:], q[1:])
+
+
 @pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
 def test_glu_matches_numpy(kind):
     rng = np.random.default_rng(4)

@@ -308,6 +308,19 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
     return (next.p.group == 0 || next.p.group == out.cols) && out.rows == sum.rows && out.cols == sum.cols;
   };
 
+  // Whether ops i and i + 1 are two in-place Ropes at the same positions
+  // with the same frequencies and head size (a layer's q and k): rope_pair
+  // runs both.
+  auto ropes_pair = [&](size_t i) -> bool {
+    if (i + 1 >= graph.ops.size()) return false;
+    const Op& a = graph.ops[i];
+    const Op& b = graph.ops[i + 1];
+    return b.kind == OpKind::Rope && a.dst == a.src[0] && b.dst == b.src[0] && a.dst != b.dst &&
+           a.src[1] == b.src[1] && c.rope_freqs[i] == c.rope_freqs[i + 1] && a.p.head_dim_k == b.p.head_dim_k &&
+           a.p.n_rot == b.p.n_rot && a.p.rope_style == b.p.rope_style &&
+           a.p.rope_freq_scale == b.p.rope_freq_scale && graph.tensor(a.dst).rows == graph.tensor(b.dst).rows;
+  };
+
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const OpParams& p = op.p;
@@ -374,6 +387,14 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         scale(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols, p.scalar, stream_);
         break;
       case OpKind::Rope: {
+        if (ropes_pair(i)) {
+          // q and k of a layer in one launch (both in place).
+          const Op& next = graph.ops[i + 1];
+          rope_pair(act(c, op.dst), p.n_head, act(c, next.dst), next.p.n_head, dst->rows, p.head_dim_k, p.n_rot,
+                    p.rope_style == RopeStyle::Neox, ints(op.src[1]), c.rope_freqs[i], p.rope_freq_scale, stream_);
+          ran = 2;
+          break;
+        }
         if (op.dst != op.src[0]) {
           check_cuda(cudaMemcpyAsync(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols * sizeof(float),
                                      cudaMemcpyDeviceToDevice, stream),

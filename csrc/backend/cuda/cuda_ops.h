@@ -112,6 +112,12 @@ void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t 
 void rope(float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
           const int32_t* positions, const double* inv_freq, double position_scale, void* stream);
 
+// rope of a (n_rows, n_heads_a * head_dim) and b (n_rows, n_heads_b *
+// head_dim) at the same positions and frequencies in one launch (a layer's
+// q and k), each element bitwise what rope writes.
+void rope_pair(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_rows, size_t head_dim, size_t n_rot,
+               bool neox, const int32_t* positions, const double* inv_freq, double position_scale, void* stream);
+
 // out (n_rows, k) = rows ids[r] of the matrix w (rows of k elements of
 // `type`), dequantized; bitwise ref::dequantize_row.
 void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_rows, float* out, void* stream);

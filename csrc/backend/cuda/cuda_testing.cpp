@@ -243,6 +243,32 @@ std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t he
   return download<float>(dx, n_rows * n_heads * head_dim);
 }
 
+std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, size_t n_rows,
+                             size_t head_dim, size_t n_rot, bool neox, const std::vector<int32_t>& positions,
+                             double base) {
+  require_device();
+  if (positions.size() != n_rows || n_rot > head_dim || n_rot % 2 != 0) {
+    throw InvalidArgument("[cuda testing] rope_pair: one position per row, even n_rot <= head_dim");
+  }
+  std::vector<double> inv_freq(n_rot / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+  }
+  Stream stream;
+  const size_t na = n_rows * n_heads_a * head_dim, nb = n_rows * n_heads_b * head_dim;
+  DeviceBuffer da = upload(a, na, "a");
+  DeviceBuffer db = upload(b, nb, "b");
+  DeviceBuffer dpos = upload(positions.data(), positions.size(), "positions");
+  DeviceBuffer dfreq = upload(inv_freq.data(), inv_freq.size(), "inv_freq");
+  cuda::rope_pair(da.as<float>(), n_heads_a, db.as<float>(), n_heads_b, n_rows, head_dim, n_rot, neox,
+                  dpos.as<int32_t>(), dfreq.as<double>(), 1.0, stream.get());
+  stream.sync();
+  std::vector<float> out = download<float>(da, na);
+  const std::vector<float> rb = download<float>(db, nb);
+  out.insert(out.end(), rb.begin(), rb.end());
+  return out;
+}
+
 namespace {
 
 // Runs the attention of case c once, then (reps > 0) reps more times, each

@@ -143,20 +143,25 @@ __global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t
   dst[i] = src[(i / dst_cols) * src_cols + offset + i % dst_cols];
 }
 
-// Grid (row, group of kRopeHeads heads). The block's threads first take
-// the angles, one frequency each, in double as on the CPU (so both backends
-// rotate by the same float cos/sin), then the rotations of the group's
-// (head, pair)s: every thread's loads are independent, and the costly double
-// cos/sin run once per block instead of once per head.
+// Grid (row, group of kRopeHeads heads): groups [0, groups_a) rotate the
+// heads of a, the rest those of b (a decode layer's q and k in one launch;
+// b may be empty). The block's threads first take the angles, one frequency
+// each, in double as on the CPU (so both backends rotate by the same float
+// cos/sin), then the rotations of the group's (head, pair)s: every thread's
+// loads are independent, and the costly double cos/sin run once per block
+// instead of once per head.
 constexpr unsigned kRopeThreads = 128;
 constexpr size_t kRopeHeads = 4;
 
 __global__ void __launch_bounds__(kRopeThreads)
-    rope_kernel(float* x, size_t n_heads, size_t head_dim, size_t n_rot, bool neox, const int32_t* positions,
-                const double* inv_freq, double position_scale) {
+    rope_kernel(float* a, size_t n_heads_a, unsigned groups_a, float* b, size_t n_heads_b, size_t head_dim,
+                size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale) {
   extern __shared__ float angles[];  // cos of the n_rot / 2 frequencies, then their sin
   const size_t row = blockIdx.x;
-  const size_t h0 = static_cast<size_t>(blockIdx.y) * kRopeHeads;
+  const bool in_a = blockIdx.y < groups_a;
+  float* x = in_a ? a : b;
+  const size_t n_heads = in_a ? n_heads_a : n_heads_b;
+  const size_t h0 = static_cast<size_t>(in_a ? blockIdx.y : blockIdx.y - groups_a) * kRopeHeads;
   const size_t half = n_rot / 2;
   const double p = static_cast<double>(positions[row]) * position_scale;
   for (size_t i = threadIdx.x; i < half; i += kRopeThreads) {
@@ -170,11 +175,11 @@ __global__ void __launch_bounds__(kRopeThreads)
     const size_t h = h0 + t / half, i = t % half;
     const float c = angles[i], s = angles[half + i];
     float* head = x + (row * n_heads + h) * head_dim;
-    float* a = neox ? head + i : head + 2 * i;
-    float* b = neox ? head + i + half : head + 2 * i + 1;
-    const float x0 = *a, x1 = *b;
-    *a = x0 * c - x1 * s;
-    *b = x0 * s + x1 * c;
+    float* lo = neox ? head + i : head + 2 * i;
+    float* hi = neox ? head + i + half : head + 2 * i + 1;
+    const float x0 = *lo, x1 = *hi;
+    *lo = x0 * c - x1 * s;
+    *hi = x0 * s + x1 * c;
   }
 }
 
@@ -337,10 +342,16 @@ void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t 
 
 void rope(float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
           const int32_t* positions, const double* inv_freq, double position_scale, void* stream) {
-  if (n_rows == 0 || n_heads == 0 || n_rot == 0) return;
-  const dim3 grid(static_cast<unsigned>(n_rows), ceil_div(n_heads, kRopeHeads));
+  rope_pair(x, n_heads, nullptr, 0, n_rows, head_dim, n_rot, neox, positions, inv_freq, position_scale, stream);
+}
+
+void rope_pair(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_rows, size_t head_dim, size_t n_rot,
+               bool neox, const int32_t* positions, const double* inv_freq, double position_scale, void* stream) {
+  if (n_rows == 0 || n_heads_a + n_heads_b == 0 || n_rot == 0) return;
+  const unsigned groups_a = ceil_div(n_heads_a, kRopeHeads), groups_b = ceil_div(n_heads_b, kRopeHeads);
+  const dim3 grid(static_cast<unsigned>(n_rows), groups_a + groups_b);
   rope_kernel<<<grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
-      x, n_heads, head_dim, n_rot, neox, positions, inv_freq, position_scale);
+      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale);
   check_launch("rope");
 }
 
