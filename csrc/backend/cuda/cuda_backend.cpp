@@ -326,7 +326,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
     const OpParams& p = op.p;
     const TensorDesc* dst = op.dst != kNoTensor ? &graph.tensor(op.dst) : nullptr;
     Memo made_here;   // a quantization this op wrote along with its output
-    size_t ran = 1;   // ops this step of the loop ran (2: an Add and the RmsNorm of its sum)
+    size_t ran = 1;   // ops this step of the loop ran (2: Add + RmsNorm, or two Ropes, fused)
     switch (op.kind) {
       case OpKind::GetRows: {
         const TensorDesc& table = graph.tensor(op.src[0]);
