@@ -13,6 +13,10 @@
 //   output rows, each row's KV table, ring size and write flag) travel in one
 //   pinned staging buffer copied in by the graph itself, so a step is one
 //   graph launch and one wait.
+// - Neighbouring ops run fused where the kernels allow it, each fused kernel
+//   writing bitwise what the separate ones would: a residual Add with the
+//   RmsNorm of its sum, an RmsNorm or Glu with the Q8_0/Q8_1 quantization of
+//   its output for the matvec that follows, a layer's q and k Ropes.
 //
 // Exactness: every kernel computes a row from that row alone with reductions
 // ordered by the row's own length and position (cuda_ops.h), so a row's
