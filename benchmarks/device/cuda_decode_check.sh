@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of the decode kernels (issue 12: split attention, rms_norm, rope), in one device call
+# The GPU check of the decode kernels (issue 12: split attention, rms_norm, rope, fused launches), in one call
 # of about 5 minutes on the H200 host:
 #
 #   bash benchmarks/device/cuda_decode_check.sh        (from the repository root, $PYLIB carried)
