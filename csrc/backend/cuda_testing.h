@@ -31,14 +31,42 @@ QuantizedRows quantize(ActivationFormat format, const float* x, size_t n_rows, s
 
 std::vector<float> get_rows(DType type, const uint8_t* w, size_t k, size_t n_rows_w, const std::vector<int32_t>& ids);
 std::vector<float> rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps);
+// The fused rms_norm + Q8_0 / Q8_1 quantization of the backend's decode path:
+// the normalized rows in `out` and their quantization in `q` (also what
+// glu_quantized returns).
+struct NormQuantized {
+  std::vector<float> out;  // (n, width)
+  QuantizedRows q;
+};
+NormQuantized rms_norm_quantized(ActivationFormat format, const float* x, const float* weight, size_t n, size_t width,
+                                 float eps);
 // kind 0: SwiGLU, 1: GeGLU (tanh). Returns act(gate) * up.
 std::vector<float> glu(int kind, const float* gate, const float* up, size_t count);
+// The residual add + rms_norm (+ Q8_0 / Q8_1 quantization; F32: none) of the
+// backend's decode path, with the sum written over a as the backend does:
+// `sum` = a + b, then what rms_norm_quantized returns for it.
+struct AddNormed {
+  std::vector<float> sum;  // (n, width)
+  NormQuantized normed;
+};
+AddNormed add_rms_norm(ActivationFormat format, const float* a, const float* b, const float* weight, size_t n,
+                       size_t width, float eps);
+// The fused glu + Q8_0 / Q8_1 quantization of the backend's decode path, on
+// (n_rows, width) gate and up rows.
+NormQuantized glu_quantized(ActivationFormat format, int kind, const float* gate, const float* up, size_t n_rows,
+                            size_t width);
 std::vector<float> softcap(const float* x, size_t count, float cap);
 // x (n_rows, n_heads * head_dim) rotated at `positions` with inv_freq
 // pow(base, -2i/n_rot) / divisors[i] (divisors may be empty).
 std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
                         const std::vector<int32_t>& positions, double base, double position_scale,
                         const std::vector<float>& divisors);
+
+// The backend's q/k rope in one launch: a (n_rows, n_heads_a * head_dim) and
+// b (n_rows, n_heads_b * head_dim) rotated at `positions` (base, scale 1).
+std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, size_t n_rows,
+                             size_t head_dim, size_t n_rot, bool neox, const std::vector<int32_t>& positions,
+                             double base);
 
 // One layer of f16 K/V planes of `plane_rows` rows and queries at given
 // positions; ring_rows > 0 reads position p at row p % ring_rows.
@@ -52,6 +80,9 @@ struct AttentionCase {
   float scale = 1.0f;
 };
 std::vector<float> attention(const AttentionCase& c);
+// Mean microseconds of the attention launch(es) of case c over `reps` runs,
+// each with the KV evicted from L2 first (for benchmarks/bench_cuda_attention.py).
+double attention_time_us(const AttentionCase& c, int reps);
 
 // Device memory free right now (bytes).
 size_t device_free_bytes();

@@ -23,13 +23,27 @@ std::vector<float> get_rows(DType, const uint8_t*, size_t, size_t, const std::ve
   unavailable("get_rows");
 }
 std::vector<float> rms_norm(const float*, const float*, size_t, size_t, float) { unavailable("rms_norm"); }
+NormQuantized rms_norm_quantized(ActivationFormat, const float*, const float*, size_t, size_t, float) {
+  unavailable("rms_norm_quantized");
+}
 std::vector<float> glu(int, const float*, const float*, size_t) { unavailable("glu"); }
+AddNormed add_rms_norm(ActivationFormat, const float*, const float*, const float*, size_t, size_t, float) {
+  unavailable("add_rms_norm");
+}
+NormQuantized glu_quantized(ActivationFormat, int, const float*, const float*, size_t, size_t) {
+  unavailable("glu_quantized");
+}
 std::vector<float> softcap(const float*, size_t, float) { unavailable("softcap"); }
 std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, const std::vector<int32_t>&, double,
                         double, const std::vector<float>&) {
   unavailable("rope");
 }
+std::vector<float> rope_pair(const float*, size_t, const float*, size_t, size_t, size_t, size_t, bool,
+                             const std::vector<int32_t>&, double) {
+  unavailable("rope_pair");
+}
 std::vector<float> attention(const AttentionCase&) { unavailable("attention"); }
+double attention_time_us(const AttentionCase&, int) { unavailable("attention_time_us"); }
 size_t device_free_bytes() { unavailable("device_free_bytes"); }
 DeviceMemoryHold::DeviceMemoryHold(size_t) { unavailable("DeviceMemoryHold"); }
 void DeviceMemoryHold::release() noexcept {}

@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -50,6 +51,31 @@ void check_weight_bytes(DType type, size_t k, size_t rows, size_t got) {
     throw InvalidArgument("[testing] weight bytes do not hold " + std::to_string(rows) + " rows of " +
                           std::to_string(k) + " " + info.name + " elements");
   }
+}
+
+// The case of cuda_attention / cuda_time_attention, shapes checked.
+cuda_testing::AttentionCase attention_case(const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q,
+                                           std::vector<int32_t> positions, size_t n_head, size_t n_head_kv,
+                                           size_t ring_rows, size_t window, float scale) {
+  cuda_testing::AttentionCase c;
+  c.plane_rows = k_plane.shape(0);
+  if (v_plane.shape(0) != c.plane_rows || n_head == 0 || n_head_kv == 0 || k_plane.shape(1) % n_head_kv != 0 ||
+      v_plane.shape(1) % n_head_kv != 0 || q.shape(1) % n_head != 0) {
+    throw InvalidArgument("[testing] attention: inconsistent shapes");
+  }
+  c.head_dim_k = k_plane.shape(1) / n_head_kv;
+  c.head_dim_v = v_plane.shape(1) / n_head_kv;
+  c.k_plane.assign(k_plane.data(), k_plane.data() + k_plane.size());
+  c.v_plane.assign(v_plane.data(), v_plane.data() + v_plane.size());
+  c.q.assign(q.data(), q.data() + q.size());
+  c.positions = std::move(positions);
+  c.ring_rows = ring_rows;
+  c.n_head = n_head;
+  c.n_head_kv = n_head_kv;
+  c.window = window;
+  c.scale = scale;
+  if (q.shape(0) != c.positions.size()) throw InvalidArgument("[testing] attention: one position per query row");
+  return c;
 }
 
 }  // namespace
@@ -120,6 +146,23 @@ void bind_testing_cuda(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("weight"), nb::arg("eps"), "RMS norm of each row times weight, on the GPU.");
   m.def(
+      "cuda_rms_norm_quantized",
+      [](const std::string& format_name, const Floats2D& x, const Floats1D& weight, float eps) {
+        const ActivationFormat format = format_of(format_name);
+        const size_t n = x.shape(0), width = x.shape(1);
+        if (weight.shape(0) != width) throw InvalidArgument("[testing] rms_norm weight length != row width");
+        cuda_testing::NormQuantized r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::rms_norm_quantized(format, x.data(), weight.data(), n, width, eps);
+        }
+        const size_t nd = r.q.d.size(), ns = r.q.s.size();
+        return nb::make_tuple(to_numpy(std::move(r.out), {n, width}), to_numpy(std::move(r.q.q), {n, width}),
+                              to_numpy(std::move(r.q.d), {nd}), to_numpy(std::move(r.q.s), {ns}));
+      },
+      nb::arg("format"), nb::arg("x"), nb::arg("weight"), nb::arg("eps"),
+      "(out, q, d, s) of the fused GPU rms_norm + Q8_0/Q8_1 quantization of rows x (s Q8_1 only).");
+  m.def(
       "cuda_glu",
       [](const std::string& kind, const Floats1D& gate, const Floats1D& up) {
         if (kind != "silu" && kind != "gelu_tanh") throw InvalidArgument("[testing] glu kind: silu or gelu_tanh");
@@ -132,6 +175,46 @@ void bind_testing_cuda(nb::module_& m) {
         return to_numpy(std::move(out), {gate.shape(0)});
       },
       nb::arg("kind"), nb::arg("gate"), nb::arg("up"), "act(gate) * up on the GPU.");
+  m.def(
+      "cuda_add_rms_norm",
+      [](const std::string& format_name, const Floats2D& a, const Floats2D& b, const Floats1D& weight, float eps) {
+        const ActivationFormat format = format_name == "F32" ? ActivationFormat::F32 : format_of(format_name);
+        const size_t n = a.shape(0), width = a.shape(1);
+        if (b.shape(0) != n || b.shape(1) != width || weight.shape(0) != width) {
+          throw InvalidArgument("[testing] add_rms_norm: a, b and weight shapes differ");
+        }
+        cuda_testing::AddNormed r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::add_rms_norm(format, a.data(), b.data(), weight.data(), n, width, eps);
+        }
+        const size_t nq = r.normed.q.q.size() / std::max<size_t>(n, 1), nd = r.normed.q.d.size(),
+                     ns = r.normed.q.s.size();
+        return nb::make_tuple(to_numpy(std::move(r.sum), {n, width}), to_numpy(std::move(r.normed.out), {n, width}),
+                              to_numpy(std::move(r.normed.q.q), {n, nq}), to_numpy(std::move(r.normed.q.d), {nd}),
+                              to_numpy(std::move(r.normed.q.s), {ns}));
+      },
+      nb::arg("format"), nb::arg("a"), nb::arg("b"), nb::arg("weight"), nb::arg("eps"),
+      "(sum, out, q, d, s) of the fused GPU residual add + rms_norm (+ Q8_0/Q8_1 quantization; format 'F32': "
+      "none, q/d/s empty), the sum written over a.");
+  m.def(
+      "cuda_glu_quantized",
+      [](const std::string& format_name, const std::string& kind, const Floats2D& gate, const Floats2D& up) {
+        const ActivationFormat format = format_of(format_name);
+        if (kind != "silu" && kind != "gelu_tanh") throw InvalidArgument("[testing] glu kind: silu or gelu_tanh");
+        const size_t n = gate.shape(0), width = gate.shape(1);
+        if (up.shape(0) != n || up.shape(1) != width) throw InvalidArgument("[testing] glu: gate and up shapes differ");
+        cuda_testing::NormQuantized r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::glu_quantized(format, kind == "silu" ? 0 : 1, gate.data(), up.data(), n, width);
+        }
+        const size_t nd = r.q.d.size(), ns = r.q.s.size();
+        return nb::make_tuple(to_numpy(std::move(r.out), {n, width}), to_numpy(std::move(r.q.q), {n, width}),
+                              to_numpy(std::move(r.q.d), {nd}), to_numpy(std::move(r.q.s), {ns}));
+      },
+      nb::arg("format"), nb::arg("kind"), nb::arg("gate"), nb::arg("up"),
+      "(out, q, d, s) of the fused GPU glu + Q8_0/Q8_1 quantization of (rows, width) gate/up (s Q8_1 only).");
   m.def(
       "cuda_softcap",
       [](const Floats1D& x, float cap) {
@@ -162,38 +245,57 @@ void bind_testing_cuda(nb::module_& m) {
       nb::arg("position_scale") = 1.0, nb::arg("divisors") = std::vector<float>{},
       "RoPE of each row's heads at `positions` on the GPU.");
   m.def(
+      "cuda_rope_pair",
+      [](const Floats2D& a, size_t n_heads_a, const Floats2D& b, size_t n_heads_b, size_t n_rot, bool neox,
+         std::vector<int32_t> positions, double base) {
+        const size_t n_rows = a.shape(0);
+        if (n_heads_a == 0 || n_heads_b == 0 || b.shape(0) != n_rows || a.shape(1) % n_heads_a != 0 ||
+            b.shape(1) % n_heads_b != 0 || a.shape(1) / n_heads_a != b.shape(1) / n_heads_b) {
+          throw InvalidArgument("[testing] rope_pair: rows and head sizes of a and b must agree");
+        }
+        const size_t head_dim = a.shape(1) / n_heads_a;
+        std::vector<float> out;
+        {
+          nb::gil_scoped_release release;
+          out = cuda_testing::rope_pair(a.data(), n_heads_a, b.data(), n_heads_b, n_rows, head_dim, n_rot, neox,
+                                        positions, base);
+        }
+        std::vector<float> rb(out.begin() + static_cast<std::ptrdiff_t>(n_rows * a.shape(1)), out.end());
+        out.resize(n_rows * a.shape(1));
+        return nb::make_tuple(to_numpy(std::move(out), {n_rows, a.shape(1)}),
+                              to_numpy(std::move(rb), {n_rows, b.shape(1)}));
+      },
+      nb::arg("a"), nb::arg("n_heads_a"), nb::arg("b"), nb::arg("n_heads_b"), nb::arg("n_rot"), nb::arg("neox"),
+      nb::arg("positions"), nb::arg("base"),
+      "(a, b) rotated at `positions` in one launch (the backend's q/k rope), on the GPU.");
+  m.def(
       "cuda_attention",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
          size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window, float scale) {
-        cuda_testing::AttentionCase c;
-        c.plane_rows = k_plane.shape(0);
-        if (v_plane.shape(0) != c.plane_rows || n_head == 0 || n_head_kv == 0 || k_plane.shape(1) % n_head_kv != 0 ||
-            v_plane.shape(1) % n_head_kv != 0 || q.shape(1) % n_head != 0) {
-          throw InvalidArgument("[testing] attention: inconsistent shapes");
-        }
-        c.head_dim_k = k_plane.shape(1) / n_head_kv;
-        c.head_dim_v = v_plane.shape(1) / n_head_kv;
-        c.k_plane.assign(k_plane.data(), k_plane.data() + k_plane.size());
-        c.v_plane.assign(v_plane.data(), v_plane.data() + v_plane.size());
-        c.q.assign(q.data(), q.data() + q.size());
-        c.positions = std::move(positions);
-        c.ring_rows = ring_rows;
-        c.n_head = n_head;
-        c.n_head_kv = n_head_kv;
-        c.window = window;
-        c.scale = scale;
-        const size_t n_rows = c.positions.size();
-        if (q.shape(0) != n_rows) throw InvalidArgument("[testing] attention: one position per query row");
+        const cuda_testing::AttentionCase c =
+            attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, ring_rows, window, scale);
         std::vector<float> out;
         {
           nb::gil_scoped_release release;
           out = cuda_testing::attention(c);
         }
-        return to_numpy(std::move(out), {n_rows, n_head * c.head_dim_v});
+        return to_numpy(std::move(out), {c.positions.size(), n_head * c.head_dim_v});
       },
       nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
       nb::arg("n_head_kv"), nb::arg("ring_rows") = 0, nb::arg("window") = 0, nb::arg("scale") = 1.0f,
       "Attention of query rows at `positions` over one layer's f16 K/V planes (raw bits), on the GPU.");
+  m.def(
+      "cuda_time_attention",
+      [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
+         size_t n_head, size_t n_head_kv, int reps) {
+        const cuda_testing::AttentionCase c =
+            attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, 0, 0, 1.0f);
+        nb::gil_scoped_release release;
+        return cuda_testing::attention_time_us(c, reps);
+      },
+      nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
+      nb::arg("n_head_kv"), nb::arg("reps") = 20,
+      "Mean microseconds of one attention launch (global layout) with the KV evicted from L2 before each.");
 }
 
 }  // namespace muser::bindings

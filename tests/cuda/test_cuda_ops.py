@@ -105,6 +105,98 @@ def test_rms_norm_matches_numpy():
     np.testing.assert_allclose(gpu, ref, rtol=2e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("width", [64, 128, 576, 1000, 2048, 4096, 4100, 5376, 8192])
+def test_rms_norm_at_every_block_size_and_rows_are_independent(width):
+    """Widths below, at and past the 4-per-thread register span of the
+    largest block (4096), odd warp counts, and a width not a multiple of 32."""
+    rng = np.random.default_rng(width)
+    x = (rng.standard_normal((6, width)) * rng.uniform(0.01, 30, (6, 1))).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, width).astype(np.float32)
+    gpu = t.cuda_rms_norm(x, w, 1e-6)
+    xd = x.astype(np.float64)
+    ref = xd / np.sqrt((xd * xd).mean(axis=1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(gpu, ref, rtol=2e-6, atol=1e-7)
+    for r in range(6):
+        assert np.array_equal(t.cuda_rms_norm(np.ascontiguousarray(x[r:r + 1]), w, 1e-6)[0], gpu[r])
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1"])
+@pytest.mark.parametrize("width", [64, 576, 2048, 4096, 5376])
+def test_rms_norm_quantized_writes_the_norm_and_exactly_its_quantization(fmt, width):
+    """The fused decode-path norm: its floats bitwise rms_norm's, its Q8 bytes
+    bitwise those the activation quantizer writes from those floats."""
+    rng = np.random.default_rng(width + len(fmt))
+    x = (rng.standard_normal((5, width)) * rng.uniform(0.01, 30, (5, 1))).astype(np.float32)
+    x[2, :64] = 0.0  # all-zero blocks
+    w = rng.uniform(0.5, 1.5, width).astype(np.float32)
+    out, q, d, s = t.cuda_rms_norm_quantized(fmt, x, w, 1e-5)
+    assert np.array_equal(out, t.cuda_rms_norm(x, w, 1e-5))
+    ref_q, ref_d, ref_s, _ = t.cuda_quantize(fmt, out)
+    assert np.array_equal(q, ref_q)
+    assert np.array_equal(d, ref_d)
+    assert np.array_equal(s, ref_s)
+    assert len(s) == (5 * width // 32 if fmt == "Q8_1" else 0)
+    one = t.cuda_rms_norm_quantized(fmt, np.ascontiguousarray(x[3:4]), w, 1e-5)
+    assert np.array_equal(one[0][0], out[3]) and np.array_equal(one[1][0], q[3])
+
+
+@pytest.mark.parametrize("fmt", ["F32", "Q8_0", "Q8_1"])
+@pytest.mark.parametrize("width", [576, 4096, 5376])
+def test_add_rms_norm_writes_the_sum_the_norm_and_its_quantization(fmt, width):
+    """The residual add fused into the next norm (in place over a, as the
+    backend runs it): the sums bitwise a + b, the norm bitwise rms_norm's of
+    them, the Q8 bytes bitwise cuda_quantize's of the norm."""
+    rng = np.random.default_rng(width + len(fmt) + 1)
+    a = (rng.standard_normal((4, width)) * 3).astype(np.float32)
+    b = rng.standard_normal((4, width)).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, width).astype(np.float32)
+    total, out, q, d, s = t.cuda_add_rms_norm(fmt, a, b, w, 1e-5)
+    assert np.array_equal(total, a + b)
+    assert np.array_equal(out, t.cuda_rms_norm(a + b, w, 1e-5))
+    if fmt == "F32":
+        assert q.size == 0 and d.size == 0 and s.size == 0
+    else:
+        ref_q, ref_d, ref_s, _ = t.cuda_quantize(fmt, out)
+        assert np.array_equal(q, ref_q) and np.array_equal(d, ref_d) and np.array_equal(s, ref_s)
+
+
+@pytest.mark.parametrize("n_heads,head_dim,n_rot,neox", [(32, 128, 128, False), (8, 128, 128, True), (9, 64, 64, True),
+                                                         (5, 256, 256, False), (1, 64, 32, False)])
+def test_rope_over_head_groups_and_rows_are_independent(n_heads, head_dim, n_rot, neox):
+    rng = np.random.default_rng(n_heads * head_dim)
+    positions = [0, 3, 140, 4095, 131071]
+    x = rng.standard_normal((5, n_heads * head_dim)).astype(np.float32)
+    gpu = t.cuda_rope(x, n_heads, n_rot, neox, positions, 10000.0, 1.0)
+    inv = 10000.0 ** (-2.0 * np.arange(n_rot // 2) / n_rot)
+    ref = x.astype(np.float64).reshape(5, n_heads, head_dim).copy()
+    for r, p in enumerate(positions):
+        theta = p * inv
+        c, s = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+        half = n_rot // 2
+        a_idx = np.arange(half) if neox else 2 * np.arange(half)
+        b_idx = a_idx + half if neox else a_idx + 1
+        a, b = ref[r][:, a_idx].copy(), ref[r][:, b_idx].copy()
+        ref[r][:, a_idx] = a * c - b * s
+        ref[r][:, b_idx] = a * s + b * c
+    np.testing.assert_allclose(gpu, ref.reshape(5, -1), rtol=1e-5, atol=1e-5)
+    for r in range(5):
+        alone = t.cuda_rope(np.ascontiguousarray(x[r:r + 1]), n_heads, n_rot, neox, [positions[r]], 10000.0, 1.0)
+        assert np.array_equal(alone[0], gpu[r])
+
+
+@pytest.mark.parametrize("n_heads_q,n_heads_k,head_dim,neox",
+                         [(32, 8, 128, False), (9, 3, 64, True), (5, 1, 256, True)])
+def test_rope_of_q_and_k_in_one_launch_is_bitwise_two_ropes(n_heads_q, n_heads_k, head_dim, neox):
+    rng = np.random.default_rng(n_heads_q + head_dim)
+    positions = [0, 140, 4095]
+    q = rng.standard_normal((3, n_heads_q * head_dim)).astype(np.float32)
+    k = rng.standard_normal((3, n_heads_k * head_dim)).astype(np.float32)
+    rq, rk = t.cuda_rope_pair(q, n_heads_q, k, n_heads_k, head_dim, neox, positions, 500000.0)
+    assert np.array_equal(rq, t.cuda_rope(q, n_heads_q, head_dim, neox, positions, 500000.0))
+    assert np.array_equal(rk, t.cuda_rope(k, n_heads_k, head_dim, neox, positions, 500000.0))
+    assert not np.array_equal(rq[1:], q[1:])
+
+
 @pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
 def test_glu_matches_numpy(kind):
     rng = np.random.default_rng(4)
@@ -117,6 +209,20 @@ def test_glu_matches_numpy(kind):
     else:
         act = 0.5 * gd * (1 + np.tanh(np.sqrt(2 / np.pi) * (gd + 0.044715 * gd**3)))
     np.testing.assert_allclose(gpu, act * u, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1"])
+@pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
+def test_glu_quantized_writes_the_glu_and_exactly_its_quantization(fmt, kind):
+    rng = np.random.default_rng(len(fmt) + len(kind))
+    g = (rng.standard_normal((3, 1536)) * 4).astype(np.float32)
+    u = rng.standard_normal((3, 1536)).astype(np.float32)
+    u[1, 32:96] = 0.0  # all-zero blocks
+    out, q, d, s = t.cuda_glu_quantized(fmt, kind, g, u)
+    assert np.array_equal(out.reshape(-1), t.cuda_glu(kind, g.reshape(-1), u.reshape(-1)))
+    ref_q, ref_d, ref_s, _ = t.cuda_quantize(fmt, out)
+    assert np.array_equal(q, ref_q) and np.array_equal(d, ref_d) and np.array_equal(s, ref_s)
+    assert len(s) == (3 * 1536 // 32 if fmt == "Q8_1" else 0)
 
 
 def test_softcap_matches_numpy():
@@ -186,3 +292,89 @@ def test_attention_matches_numpy_and_rows_are_independent(layout, head_dim):
         alone = t.cuda_attention(k, v, np.ascontiguousarray(q[r:r + 1]), [positions[r]], n_head, n_head_kv,
                                  ring_rows, window, 1.0)
         assert np.array_equal(alone[0], gpu[r])
+
+
+def _kv_planes(rng, plane_rows, n_head_kv, head_dim_k, head_dim_v):
+    k = rng.standard_normal((plane_rows, n_head_kv * head_dim_k)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((plane_rows, n_head_kv * head_dim_v)).astype(np.float16).view(np.uint16)
+    return k, v
+
+
+# Context lengths around the kernel's chunk edges (32, 64, 128 positions per
+# block step by head size; 16 splits) and far past them.
+LONG_POSITIONS = [0, 1, 2, 30, 31, 32, 63, 64, 65, 127, 128, 129, 139, 140, 511, 999, 1000, 1023, 1024, 1025,
+                  2047, 2048, 3000, 4095]
+
+
+@pytest.mark.parametrize("head_dims", [(64, 64), (128, 128), (256, 256), (96, 96), (160, 160), (128, 64),
+                                       (64, 128)], ids=lambda d: f"k{d[0]}-v{d[1]}")
+def test_attention_matches_numpy_at_every_context_length(head_dims):
+    hd_k, hd_v = head_dims
+    rng = np.random.default_rng(hd_k * 1000 + hd_v)
+    n_head, n_head_kv = 4, 2
+    k, v = _kv_planes(rng, 4096, n_head_kv, hd_k, hd_v)
+    positions = LONG_POSITIONS
+    q = (rng.standard_normal((len(positions), n_head * hd_k)) / np.sqrt(hd_k) * 3).astype(np.float32)
+    scale = 1.0 / np.sqrt(hd_k)
+    gpu = t.cuda_attention(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
+    ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+    # Sharp softmaxes (one position dominating) too.
+    gpu = t.cuda_attention(k, v, q * 8, positions, n_head, n_head_kv, 0, 0, scale)
+    ref = _attention_reference(k, v, q * 8, positions, n_head, n_head_kv, 0, 0, scale)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("ring_rows,window", [(300, 200), (160, 129), (4200, 4096), (64, 64), (40, 1)])
+def test_attention_over_a_ring_with_a_sliding_window(ring_rows, window):
+    rng = np.random.default_rng(ring_rows + window)
+    n_head, n_head_kv, hd = 8, 1, 128
+    k, v = _kv_planes(rng, ring_rows, n_head_kv, hd, hd)
+    positions = sorted({0, 1, window - 1, window, window + 1, ring_rows - 1, ring_rows, ring_rows + 5,
+                        2 * ring_rows + 17, 9000})
+    q = (rng.standard_normal((len(positions), n_head * hd)) / np.sqrt(hd) * 3).astype(np.float32)
+    gpu = t.cuda_attention(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 0.5)
+    ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 0.5)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+
+
+def test_attention_rows_are_bitwise_independent_of_group_order_and_tile():
+    """The llama3-8b head layout (32 query heads over 8 KV heads, 128 dims):
+    each row alone, in every group of 2..4 in several orders, and inside a
+    70-row launch (two tiles of rows) gives the same bits; runs repeat."""
+    rng = np.random.default_rng(12)
+    n_head, n_head_kv, hd = 32, 8, 128
+    k, v = _kv_planes(rng, 4096, n_head_kv, hd, hd)
+    positions = [0, 140, 141, 4095, 63, 1000, 64, 2]
+    q = (rng.standard_normal((len(positions), n_head * hd)) / np.sqrt(hd) * 3).astype(np.float32)
+    scale = 1.0 / np.sqrt(hd)
+
+    def run(rows):
+        return t.cuda_attention(k, v, np.ascontiguousarray(q[rows]), [positions[i] for i in rows], n_head, n_head_kv,
+                                0, 0, scale)
+
+    alone = [run([i])[0] for i in range(len(positions))]
+    ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
+    np.testing.assert_allclose(np.stack(alone), ref, rtol=1e-4, atol=2e-5)
+    for rows in ([0, 1], [1, 0], [3, 2, 1], [2, 3, 1], [0, 1, 2, 3], [3, 2, 1, 0], [5, 3, 7, 4], [6, 6, 1, 5]):
+        y = run(rows)
+        for j, i in enumerate(rows):
+            assert np.array_equal(y[j], alone[i]), (rows, i)
+    # 70 rows: the later ones fall in the second launch tile.
+    many = [i % len(positions) for i in range(70)]
+    y = run(many)
+    for j, i in enumerate(many):
+        assert np.array_equal(y[j], alone[i]), (j, i)
+    assert np.array_equal(run(many), y)
+
+
+def test_the_attention_timer_measures_the_launch_pair():
+    """benchmarks/bench_cuda_attention.py's timer: a positive time, bounded, and
+    an invalid repetition count is refused."""
+    rng = np.random.default_rng(7)
+    k, v = _kv_planes(rng, 4096, 8, 128, 128)
+    q = rng.standard_normal((4, 32 * 128)).astype(np.float32)
+    us = t.cuda_time_attention(k, v, q, [4095, 140, 0, 1000], 32, 8, 3)
+    assert 0.0 < us < 10_000.0
+    with pytest.raises(ValueError):
+        t.cuda_time_attention(k, v, q, [4095, 140, 0, 1000], 32, 8, 0)

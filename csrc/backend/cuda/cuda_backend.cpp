@@ -57,6 +57,20 @@ struct Staging {
   }
 };
 
+AttentionShape attention_shape(const OpParams& p, uint32_t n_layer, bool ring) {
+  AttentionShape shape;
+  shape.n_layer = n_layer;
+  shape.layer = p.layer;
+  shape.ring = ring;
+  shape.n_head = p.n_head;
+  shape.n_head_kv = p.n_head_kv;
+  shape.head_dim_k = p.head_dim_k;
+  shape.head_dim_v = p.head_dim_v;
+  shape.window = p.window;
+  shape.scale = p.scalar;
+  return shape;
+}
+
 std::vector<float> widen_vector(const WeightDesc& w) {
   const size_t n = static_cast<size_t>(w.ne[0] * w.ne[1]);
   std::vector<float> out(n);
@@ -196,6 +210,9 @@ CudaBackend::Compiled& CudaBackend::compile(const StepGraph& graph) {
       need = std::max(need, activation_bytes(f, rows, w.ne0));
     } else if (op.kind == OpKind::Rope) {
       c.rope_freqs[i] = rope_table(op.p, op.src[2], graph);
+    } else if (op.kind == OpKind::Attention) {
+      const size_t rows = graph.tensor(op.dst).rows;
+      c.attention_bytes = std::max(c.attention_bytes, attention_scratch_bytes(attention_shape(op.p, 0, false), rows));
     }
   }
   return compiled_.emplace(graph.id, std::move(c)).first->second;
@@ -215,6 +232,11 @@ void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
       act_scratch_[f] = DeviceBuffer(0, "");
       act_scratch_[f] = DeviceBuffer(c.act_bytes[f], "quantized activations of a step");
     }
+  }
+  if (attention_scratch_.bytes() < c.attention_bytes) {
+    drop_captures();
+    attention_scratch_ = DeviceBuffer(0, "");
+    attention_scratch_ = DeviceBuffer(c.attention_bytes, "attention partials of a step");
   }
   if (logits_host_.bytes() < logits_floats * sizeof(float)) {
     drop_captures();
@@ -257,11 +279,54 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
     return t == kNoTensor ? nullptr : static_cast<const float*>(weight_[graph.tensor(t).weight].data);
   };
   for (Memo& m : memo_) m.source = kNoTensor;
+  // The Q8_0 / Q8_1 format in which op i + 1, a matvec, reads the rows op i
+  // (an RmsNorm over whole rows, or a Glu) writes; F32 when op i cannot hand
+  // them over already quantized (rms_norm_quantized / glu_quantized then
+  // save the quantization's launch).
+  auto quantized_by_op = [&](size_t i) -> ActivationFormat {
+    const Op& op = graph.ops[i];
+    const TensorDesc& out = graph.tensor(op.dst);
+    const bool whole_rows = op.kind != OpKind::RmsNorm || op.p.group == 0 || op.p.group == out.cols;
+    if (i + 1 >= graph.ops.size() || !whole_rows || out.cols % 32 != 0) return ActivationFormat::F32;
+    const Op& next = graph.ops[i + 1];
+    if (next.kind != OpKind::MatMul || next.src[1] != op.dst) return ActivationFormat::F32;
+    const DeviceWeight& w = weight_[graph.tensor(next.src[0]).weight];
+    const ActivationFormat f = activation_format(w.type);
+    const bool q8_32 = f == ActivationFormat::Q8_0 || f == ActivationFormat::Q8_1;
+    return q8_32 && w.ne0 == out.cols ? f : ActivationFormat::F32;
+  };
+
+  // Whether op i, an Add of two activations, is followed by the RmsNorm
+  // (over whole rows) of its sum: add_rms_norm runs both.
+  auto adds_into_norm = [&](size_t i) -> bool {
+    if (i + 1 >= graph.ops.size()) return false;
+    const Op& op = graph.ops[i];
+    const Op& next = graph.ops[i + 1];
+    const TensorDesc& sum = graph.tensor(op.dst);
+    if (next.kind != OpKind::RmsNorm || next.src[0] != op.dst) return false;
+    const TensorDesc& out = graph.tensor(next.dst);
+    return (next.p.group == 0 || next.p.group == out.cols) && out.rows == sum.rows && out.cols == sum.cols;
+  };
+
+  // Whether ops i and i + 1 are two in-place Ropes at the same positions
+  // with the same frequencies and head size (a layer's q and k): rope_pair
+  // runs both.
+  auto ropes_pair = [&](size_t i) -> bool {
+    if (i + 1 >= graph.ops.size()) return false;
+    const Op& a = graph.ops[i];
+    const Op& b = graph.ops[i + 1];
+    return b.kind == OpKind::Rope && a.dst == a.src[0] && b.dst == b.src[0] && a.dst != b.dst &&
+           a.src[1] == b.src[1] && c.rope_freqs[i] == c.rope_freqs[i + 1] && a.p.head_dim_k == b.p.head_dim_k &&
+           a.p.n_rot == b.p.n_rot && a.p.rope_style == b.p.rope_style &&
+           a.p.rope_freq_scale == b.p.rope_freq_scale && graph.tensor(a.dst).rows == graph.tensor(b.dst).rows;
+  };
 
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const OpParams& p = op.p;
     const TensorDesc* dst = op.dst != kNoTensor ? &graph.tensor(op.dst) : nullptr;
+    Memo made_here;   // a quantization this op wrote along with its output
+    size_t ran = 1;   // ops this step of the loop ran (2: Add + RmsNorm, or two Ropes, fused)
     switch (op.kind) {
       case OpKind::GetRows: {
         const TensorDesc& table = graph.tensor(op.src[0]);
@@ -280,6 +345,14 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         break;
       }
       case OpKind::RmsNorm: {
+        const ActivationFormat f = quantized_by_op(i);
+        if (f != ActivationFormat::F32) {
+          made_here.source = op.dst;
+          made_here.view = rms_norm_quantized(act(c, op.src[0]), weight_f32(op.src[1]), dst->rows, dst->cols, p.eps,
+                                              act(c, op.dst), f, act_scratch_[static_cast<uint32_t>(f)].get(),
+                                              stream_);
+          break;
+        }
         const size_t group = p.group != 0 ? p.group : dst->cols;
         rms_norm(act(c, op.src[0]), weight_f32(op.src[1]), dst->rows * dst->cols / group, group, p.eps,
                  act(c, op.dst), stream_);
@@ -287,6 +360,22 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
       }
       case OpKind::Add: {
         const TensorDesc& b = graph.tensor(op.src[1]);
+        if (b.kind != TensorKind::Weight && adds_into_norm(i)) {
+          // The residual add and the norm of its sum in one launch (the
+          // norm also quantizes when its matvec reads Q8_0 / Q8_1).
+          const Op& norm = graph.ops[i + 1];
+          const ActivationFormat f = quantized_by_op(i + 1);
+          const ActivationView view =
+              add_rms_norm(act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), weight_f32(norm.src[1]), dst->rows,
+                           dst->cols, norm.p.eps, act(c, norm.dst), f, act_scratch_[static_cast<uint32_t>(f)].get(),
+                           stream_);
+          if (f != ActivationFormat::F32) {
+            made_here.source = norm.dst;
+            made_here.view = view;
+          }
+          ran = 2;
+          break;
+        }
         if (b.kind == TensorKind::Weight) {
           add(act(c, op.dst), act(c, op.src[0]), weight_f32(op.src[1]), dst->rows, dst->cols, 0, stream_);
         } else {
@@ -298,6 +387,14 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         scale(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols, p.scalar, stream_);
         break;
       case OpKind::Rope: {
+        if (ropes_pair(i)) {
+          // q and k of a layer in one launch (both in place).
+          const Op& next = graph.ops[i + 1];
+          rope_pair(act(c, op.dst), p.n_head, act(c, next.dst), next.p.n_head, dst->rows, p.head_dim_k, p.n_rot,
+                    p.rope_style == RopeStyle::Neox, ints(op.src[1]), c.rope_freqs[i], p.rope_freq_scale, stream_);
+          ran = 2;
+          break;
+        }
         if (op.dst != op.src[0]) {
           check_cuda(cudaMemcpyAsync(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols * sizeof(float),
                                      cudaMemcpyDeviceToDevice, stream),
@@ -307,10 +404,18 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
              ints(op.src[1]), c.rope_freqs[i], p.rope_freq_scale, stream_);
         break;
       }
-      case OpKind::Glu:
-        glu(p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh, act(c, op.dst), act(c, op.src[0]),
-            act(c, op.src[1]), dst->rows * dst->cols, stream_);
+      case OpKind::Glu: {
+        const Glu kind = p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh;
+        const ActivationFormat f = quantized_by_op(i);
+        if (f != ActivationFormat::F32) {
+          made_here.source = op.dst;
+          made_here.view = glu_quantized(kind, act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), dst->rows,
+                                         dst->cols, f, act_scratch_[static_cast<uint32_t>(f)].get(), stream_);
+          break;
+        }
+        glu(kind, act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), dst->rows * dst->cols, stream_);
         break;
+      }
       case OpKind::Softcap:
         softcap(act(c, op.dst), act(c, op.src[0]), dst->rows * dst->cols, p.scalar, stream_);
         break;
@@ -326,25 +431,20 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
                  k.rows, stream_);
         break;
       }
-      case OpKind::Attention: {
-        AttentionShape shape;
-        shape.n_layer = n_layer;
-        shape.layer = p.layer;
-        shape.ring = ring_layer[p.layer];
-        shape.n_head = p.n_head;
-        shape.n_head_kv = p.n_head_kv;
-        shape.head_dim_k = p.head_dim_k;
-        shape.head_dim_v = p.head_dim_v;
-        shape.window = p.window;
-        shape.scale = p.scalar;
-        attention(kv, shape, act(c, op.src[0]), dst->rows, act(c, op.dst), stream_);
+      case OpKind::Attention:
+        attention(kv, attention_shape(p, n_layer, ring_layer[p.layer]), act(c, op.src[0]), dst->rows,
+                  act(c, op.dst), attention_scratch_.get(), stream_);
         break;
+    }
+    // A quantization of a tensor these ops rewrote is stale; one they wrote
+    // themselves replaces its format's memo (the scratch now holds it).
+    for (size_t k = i; k < i + ran; ++k) {
+      for (Memo& m : memo_) {
+        if (m.source == graph.ops[k].dst) m.source = kNoTensor;
       }
     }
-    // A quantization of a tensor this op rewrote is stale.
-    for (Memo& m : memo_) {
-      if (m.source == op.dst) m.source = kNoTensor;
-    }
+    if (made_here.source != kNoTensor) memo_[static_cast<uint32_t>(made_here.view.format)] = made_here;
+    i += ran - 1;
   }
   const TensorDesc& logits = graph.tensor(graph.logits);
   check_cuda(cudaMemcpyAsync(logits_host_.get(), act(c, graph.logits), logits.rows * logits.cols * sizeof(float),

@@ -13,6 +13,10 @@
 //   output rows, each row's KV table, ring size and write flag) travel in one
 //   pinned staging buffer copied in by the graph itself, so a step is one
 //   graph launch and one wait.
+// - Neighbouring ops run fused where the kernels allow it, each fused kernel
+//   writing bitwise what the separate ones would: a residual Add with the
+//   RmsNorm of its sum, an RmsNorm or Glu with the Q8_0/Q8_1 quantization of
+//   its output for the matvec that follows, a layer's q and k Ropes.
 //
 // Exactness: every kernel computes a row from that row alone with reductions
 // ordered by the row's own length and position (cuda_ops.h), so a row's
@@ -58,6 +62,7 @@ class CudaBackend final : public Backend {
     std::vector<size_t> offset;          // per tensor: float offset in the arena (activations)
     size_t arena_floats = 0;
     std::array<size_t, 4> act_bytes{};   // quantization scratch per ActivationFormat
+    size_t attention_bytes = 0;          // attention partials (largest Attention op)
     std::vector<const double*> rope_freqs;  // per op (Rope only)
     void* exec = nullptr;                // cudaGraphExec_t (decode shapes), once captured
   };
@@ -80,6 +85,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, Compiled> compiled_;
   DeviceBuffer arena_;
   std::array<DeviceBuffer, 4> act_scratch_;
+  DeviceBuffer attention_scratch_;
   PinnedBuffer logits_host_;
   // Per-step values: pinned staging and its device copy (fixed size, for
   // kMaxStepRows rows, so captured graphs never see them move).

@@ -49,6 +49,10 @@ struct ActivationView {
 // Device bytes an ActivationView of n_rows x k takes (F32 needs none).
 size_t activation_bytes(ActivationFormat format, size_t n_rows, size_t k);
 
+// The view of an (n_rows, k) activation of `format` laid out in `scratch`
+// (pointers only; F32 leaves f null).
+ActivationView activation_view(ActivationFormat format, size_t n_rows, size_t k, void* scratch);
+
 // Quantizes x (n_rows, k) into `scratch` (activation_bytes of room) and
 // returns the view. F32 returns a view of x itself. Bitwise the values of
 // ref::quantize_row_*.
@@ -66,6 +70,21 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
 // width = head_dim.
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream);
 
+// rms_norm that also quantizes its output rows for the matvec that reads
+// them: out as rms_norm writes it, and the Q8_0 / Q8_1 view of out in
+// `scratch` (activation_bytes of room) bit for bit what
+// quantize_activations(format, out, ...) writes. width % 32 == 0.
+ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n, size_t width, float eps, float* out,
+                                  ActivationFormat format, void* scratch, void* stream);
+
+// The residual add before a norm, in one launch: sum_out (n, width) =
+// a + b (the bits add writes; sum_out may be a), then out = rms_norm of
+// sum_out as rms_norm writes it, and with format Q8_0 / Q8_1 (width % 32 ==
+// 0) its view quantized in `scratch` as rms_norm_quantized does (F32: none).
+ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, const float* weight, size_t n,
+                            size_t width, float eps, float* out, ActivationFormat format, void* scratch,
+                            void* stream);
+
 // dst (n, width) = a (n, width) + b (b_row_stride 0: the same vector for
 // every row). dst may be a.
 void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream);
@@ -78,6 +97,11 @@ enum class Glu : int { Silu = 0, GeluTanh = 1 };
 // dst (count) = act(gate) * up. dst may be gate.
 void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream);
 
+// glu that also quantizes its output rows (n_rows, width) for the matvec
+// that reads them, as rms_norm_quantized does. width % 32 == 0.
+ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const float* up, size_t n_rows, size_t width,
+                             ActivationFormat format, void* scratch, void* stream);
+
 // dst (n, dst_cols) = src (n, src_cols) columns [offset, offset + dst_cols).
 void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
                 void* stream);
@@ -87,6 +111,12 @@ void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t 
 // doubles on the device). neox: pairs (i, i + n_rot/2), else (2i, 2i+1).
 void rope(float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
           const int32_t* positions, const double* inv_freq, double position_scale, void* stream);
+
+// rope of a (n_rows, n_heads_a * head_dim) and b (n_rows, n_heads_b *
+// head_dim) at the same positions and frequencies in one launch (a layer's
+// q and k), each element bitwise what rope writes.
+void rope_pair(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_rows, size_t head_dim, size_t n_rot,
+               bool neox, const int32_t* positions, const double* inv_freq, double position_scale, void* stream);
 
 // out (n_rows, k) = rows ids[r] of the matrix w (rows of k elements of
 // `type`), dequantized; bitwise ref::dequantize_row.
@@ -121,7 +151,11 @@ struct AttentionShape {
   size_t window = 0;
   float scale = 1.0f;
 };
+// `scratch`: attention_scratch_bytes(shape, n_rows) of device memory for
+// the per-split partials (rows run in tiles of at most 64 per launch pair,
+// so a prefill step needs no more than a tile's worth).
+size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows);
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
-               void* stream);
+               void* scratch, void* stream);
 
 }  // namespace muser::cuda

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_device.h"
@@ -126,6 +127,28 @@ std::vector<float> rms_norm(const float* x, const float* weight, size_t n, size_
   return download<float>(dout, n * width);
 }
 
+NormQuantized rms_norm_quantized(ActivationFormat format, const float* x, const float* weight, size_t n, size_t width,
+                                 float eps) {
+  require_device();
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || width == 0 || width % 32 != 0) {
+    throw InvalidArgument("[cuda testing] rms_norm_quantized: Q8_0 or Q8_1 and a width multiple of 32");
+  }
+  Stream stream;
+  DeviceBuffer dx = upload(x, n * width, "x");
+  DeviceBuffer dw = upload(weight, width, "weight");
+  DeviceBuffer dout(n * width * sizeof(float), "out");
+  DeviceBuffer scratch(cuda::activation_bytes(format, n, width), "activations");
+  const cuda::ActivationView v = cuda::rms_norm_quantized(dx.as<float>(), dw.as<float>(), n, width, eps,
+                                                          dout.as<float>(), format, scratch.get(), stream.get());
+  stream.sync();
+  NormQuantized r;
+  r.out = download<float>(dout, n * width);
+  r.q.q = download_ptr(v.q, n * width);
+  r.q.d = download_ptr(v.d, n * width / 32);
+  if (v.s != nullptr) r.q.s = download_ptr(v.s, n * width / 32);
+  return r;
+}
+
 std::vector<float> glu(int kind, const float* gate, const float* up, size_t count) {
   require_device();
   Stream stream;
@@ -135,6 +158,58 @@ std::vector<float> glu(int kind, const float* gate, const float* up, size_t coun
             stream.get());
   stream.sync();
   return download<float>(dg, count);
+}
+
+AddNormed add_rms_norm(ActivationFormat format, const float* a, const float* b, const float* weight, size_t n,
+                       size_t width, float eps) {
+  require_device();
+  const bool quantize = format != ActivationFormat::F32;
+  if (width == 0 || (quantize && (format == ActivationFormat::Q8_K || width % 32 != 0))) {
+    throw InvalidArgument("[cuda testing] add_rms_norm: F32, Q8_0 or Q8_1 (then a width multiple of 32)");
+  }
+  Stream stream;
+  DeviceBuffer da = upload(a, n * width, "a");
+  DeviceBuffer db = upload(b, n * width, "b");
+  DeviceBuffer dw = upload(weight, width, "weight");
+  DeviceBuffer dout(n * width * sizeof(float), "out");
+  DeviceBuffer scratch(std::max<size_t>(cuda::activation_bytes(format, n, width), 1), "activations");
+  // In place, as the backend runs it: the sums overwrite a.
+  const cuda::ActivationView v = cuda::add_rms_norm(da.as<float>(), da.as<float>(), db.as<float>(), dw.as<float>(), n,
+                                                    width, eps, dout.as<float>(), format, scratch.get(), stream.get());
+  stream.sync();
+  AddNormed r;
+  r.sum = download<float>(da, n * width);
+  r.normed.out = download<float>(dout, n * width);
+  if (quantize) {
+    r.normed.q.q = download_ptr(v.q, n * width);
+    r.normed.q.d = download_ptr(v.d, n * width / 32);
+    if (v.s != nullptr) r.normed.q.s = download_ptr(v.s, n * width / 32);
+  }
+  return r;
+}
+
+NormQuantized glu_quantized(ActivationFormat format, int kind, const float* gate, const float* up, size_t n_rows,
+                            size_t width) {
+  require_device();
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || width == 0 || width % 32 != 0) {
+    throw InvalidArgument("[cuda testing] glu_quantized: Q8_0 or Q8_1 and a width multiple of 32");
+  }
+  Stream stream;
+  const size_t count = n_rows * width;
+  DeviceBuffer dg = upload(gate, count, "gate");
+  DeviceBuffer du = upload(up, count, "up");
+  DeviceBuffer dout(count * sizeof(float), "out");
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, width), "activations");
+  const cuda::ActivationView v =
+      cuda::glu_quantized(kind == 0 ? cuda::Glu::Silu : cuda::Glu::GeluTanh, dout.as<float>(), dg.as<float>(),
+                          du.as<float>(), n_rows, width, format, scratch.get(), stream.get());
+  stream.sync();
+  NormQuantized r;
+  r.out = download<float>(dout, count);
+  r.q.q = download_ptr(v.q, count);
+  r.q.d = download_ptr(v.d, count / 32);
+  if (v.s != nullptr) r.q.s = download_ptr(v.s, count / 32);
+  return r;
 }
 
 std::vector<float> softcap(const float* x, size_t count, float cap) {
@@ -168,7 +243,38 @@ std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t he
   return download<float>(dx, n_rows * n_heads * head_dim);
 }
 
-std::vector<float> attention(const AttentionCase& c) {
+std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, size_t n_rows,
+                             size_t head_dim, size_t n_rot, bool neox, const std::vector<int32_t>& positions,
+                             double base) {
+  require_device();
+  if (positions.size() != n_rows || n_rot > head_dim || n_rot % 2 != 0) {
+    throw InvalidArgument("[cuda testing] rope_pair: one position per row, even n_rot <= head_dim");
+  }
+  std::vector<double> inv_freq(n_rot / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+  }
+  Stream stream;
+  const size_t na = n_rows * n_heads_a * head_dim, nb = n_rows * n_heads_b * head_dim;
+  DeviceBuffer da = upload(a, na, "a");
+  DeviceBuffer db = upload(b, nb, "b");
+  DeviceBuffer dpos = upload(positions.data(), positions.size(), "positions");
+  DeviceBuffer dfreq = upload(inv_freq.data(), inv_freq.size(), "inv_freq");
+  cuda::rope_pair(da.as<float>(), n_heads_a, db.as<float>(), n_heads_b, n_rows, head_dim, n_rot, neox,
+                  dpos.as<int32_t>(), dfreq.as<double>(), 1.0, stream.get());
+  stream.sync();
+  std::vector<float> out = download<float>(da, na);
+  const std::vector<float> rb = download<float>(db, nb);
+  out.insert(out.end(), rb.begin(), rb.end());
+  return out;
+}
+
+namespace {
+
+// Runs the attention of case c once, then (reps > 0) reps more times, each
+// after a write of 256 MiB that evicts the KV from L2 (as a decode step's
+// weights do between layers); *us gets the mean of the timed launches.
+std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
   require_device();
   const size_t n_rows = c.positions.size();
   const size_t k_width = c.n_head_kv * c.head_dim_k, v_width = c.n_head_kv * c.head_dim_v;
@@ -207,9 +313,47 @@ std::vector<float> attention(const AttentionCase& c) {
   shape.head_dim_v = c.head_dim_v;
   shape.window = c.window;
   shape.scale = c.scale;
-  cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), stream.get());
+  DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n_rows), "attention partials");
+  cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
   stream.sync();
+  if (reps > 0) {
+    constexpr size_t kFlushBytes = size_t{256} << 20;
+    DeviceBuffer flush(kFlushBytes, "L2 flush");
+    cudaEvent_t start = nullptr, stop = nullptr;
+    cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    cuda::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+    double total_ms = 0.0;
+    cudaError_t err = cudaSuccess;
+    for (int i = 0; i < reps && err == cudaSuccess; ++i) {
+      cudaStream_t s = static_cast<cudaStream_t>(stream.get());
+      err = cudaMemsetAsync(flush.get(), i & 0xff, kFlushBytes, s);
+      if (err == cudaSuccess) err = cudaEventRecord(start, s);
+      if (err == cudaSuccess) {
+        cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
+        err = cudaEventRecord(stop, s);
+      }
+      if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+      float ms = 0.0f;
+      if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+      total_ms += ms;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cuda::check_cuda(err, "timed attention");
+    *us = 1000.0 * total_ms / reps;
+  }
   return download<float>(dout, n_rows * c.n_head * c.head_dim_v);
+}
+
+}  // namespace
+
+std::vector<float> attention(const AttentionCase& c) { return run_attention(c, 0, nullptr); }
+
+double attention_time_us(const AttentionCase& c, int reps) {
+  if (reps <= 0) throw InvalidArgument("[cuda testing] attention_time_us: reps must be positive");
+  double us = 0.0;
+  run_attention(c, reps, &us);
+  return us;
 }
 
 size_t device_free_bytes() {

@@ -3,45 +3,98 @@
 // from its own row only, with fixed-order reductions.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
 namespace muser::cuda {
 namespace {
 
-constexpr int kNormThreads = 256;
+// rms_norm: one block per row, each thread keeping kNormPerThread elements
+// (strided by the block) in registers so all its loads are in flight at
+// once; the block is sized from the width alone (a warp per 128 elements, at
+// most 1024 threads), so a row's reduction order is the same in any launch.
+constexpr int kNormPerThread = 4;
+constexpr int kNormMaxThreads = 1024;
 
-// One block per row: sum of squares in double (as the CPU reference does),
-// combined in a fixed tree, then out = (x * scale) * w.
-__global__ void rms_norm_kernel(const float* x, const float* weight, size_t width, float eps, float* out) {
+unsigned norm_threads(size_t width) {
+  const size_t warps = (width + 32 * kNormPerThread - 1) / (32 * kNormPerThread);
+  return static_cast<unsigned>(32 * std::min<size_t>(std::max<size_t>(warps, 1), kNormMaxThreads / 32));
+}
+
+// Sum of squares in double (as the CPU reference does): each thread's
+// elements in order, the warp butterfly, then warp 0 over the warps' sums;
+// out = (x * scale) * w. With `residual`, the row normalized is x + residual
+// (the float sums add_kernel makes), stored to sum_out first: the residual
+// add before a norm, in the same launch. Elements past kNormPerThread *
+// blockDim (rows wider than 4096) are read again in a second strided pass
+// (from sum_out when adding: x may be sum_out). kQuant 1 / 2: each warp also
+// quantizes (Q8_0 / Q8_1) the 32 consecutive outputs it just wrote, from the
+// same floats (the width is then a multiple of 32, so every warp-wide step is
+// all in or all out of the row).
+template <int kQuant>
+__global__ void __launch_bounds__(kNormMaxThreads)
+    rms_norm_kernel(const float* x, const float* residual, float* sum_out, const float* weight, size_t width,
+                    float eps, float* out, int8_t* q, float* d, float* s) {
   const size_t row = blockIdx.x;
+  const unsigned n = blockDim.x, t = threadIdx.x;
   const float* xr = x + row * width;
+  const float* rr = residual != nullptr ? residual + row * width : nullptr;
+  float* sr = sum_out != nullptr ? sum_out + row * width : nullptr;
+  // Element i of the row normalized, read once (and its sum stored) per pass.
+  auto load = [&](size_t i) -> float {
+    if (rr == nullptr) return xr[i];
+    const float e = xr[i] + rr[i];
+    sr[i] = e;
+    return e;
+  };
+  float v[kNormPerThread];
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const size_t i = t + j * n;
+    v[j] = i < width ? load(i) : 0.0f;
+  }
   double sum = 0.0;
-  for (size_t i = threadIdx.x; i < width; i += kNormThreads) {
-    const double v = static_cast<double>(xr[i]);
-    sum += v * v;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
+  for (size_t i = t + kNormPerThread * n; i < width; i += n) {
+    const double e = static_cast<double>(load(i));
+    sum += e * e;
   }
   sum = warp_sum(sum);
-  __shared__ double partial[kNormThreads / 32];
+  __shared__ double partial[kNormMaxThreads / 32];
   __shared__ float scale_s;
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  if (t % 32 == 0) partial[t / 32] = sum;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int i = 0; i < kNormThreads / 32; ++i) total += partial[i];
-    const float mean = static_cast<float>(total / static_cast<double>(width));
-    scale_s = 1.0f / sqrtf(mean + eps);
+  if (t < 32) {
+    double total = t < n / 32 ? partial[t] : 0.0;
+    total = warp_sum(total);
+    if (t == 0) {
+      const float mean = static_cast<float>(total / static_cast<double>(width));
+      scale_s = 1.0f / sqrtf(mean + eps);
+    }
   }
   __syncthreads();
   const float scale = scale_s;
   float* o = out + row * width;
-  if (weight != nullptr) {
-    for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = (xr[i] * scale) * weight[i];
-  } else {
-    for (size_t i = threadIdx.x; i < width; i += kNormThreads) o[i] = xr[i] * scale;
+  const size_t row_block = row * (width / 32);
+  auto emit = [&](size_t i, float xi) {
+    const float y = weight != nullptr ? (xi * scale) * weight[i] : xi * scale;
+    o[i] = y;
+    if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(t % 32), row_block + i / 32, q, d, s);
+  };
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const size_t i = t + j * n;
+    if (i < width) emit(i, v[j]);
   }
+  // Each index is read and written by one thread, reads first: out may be x
+  // (or sum_out).
+  for (size_t i = t + kNormPerThread * n; i < width; i += n) emit(i, rr != nullptr ? sr[i] : xr[i]);
 }
 
 __global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {
@@ -60,18 +113,27 @@ __global__ void softcap_kernel(float* dst, const float* src, size_t count, float
   if (i < count) dst[i] = cap * tanhf(src[i] / cap);
 }
 
-__global__ void glu_kernel(int kind, float* dst, const float* gate, const float* up, size_t count) {
+// kQuant 1 / 2: each warp also quantizes (Q8_0 / Q8_1) the 32 consecutive
+// outputs it just wrote, from the same floats (count is then a multiple of
+// 32: a warp is all in or all out of range, and its 32 elements are one
+// block of the flat (rows, width) activation layout).
+template <int kQuant>
+__global__ void glu_kernel(int kind, float* dst, const float* gate, const float* up, size_t count, int8_t* q,
+                           float* d, float* s) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float g = gate[i];
+  float y;
   if (kind == static_cast<int>(Glu::Silu)) {
-    dst[i] = g / (1.0f + expf(-g)) * up[i];
+    y = g / (1.0f + expf(-g)) * up[i];
   } else {
     // gelu, tanh form: g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)).
     constexpr float kMinusTwoSqrt2OverPi = -1.5957691216057308f;
     constexpr float kCubic = 0.044715f;
-    dst[i] = g / (1.0f + expf(kMinusTwoSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
+    y = g / (1.0f + expf(kMinusTwoSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
   }
+  dst[i] = y;
+  if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(threadIdx.x % 32), i / 32, q, d, s);
 }
 
 __global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t src_cols, size_t offset,
@@ -81,24 +143,43 @@ __global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t
   dst[i] = src[(i / dst_cols) * src_cols + offset + i % dst_cols];
 }
 
-// One block per row, one thread per (head, pair). Angles in double as on
-// the CPU, so both backends rotate by the same float cos/sin.
-__global__ void rope_kernel(float* x, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
-                            const int32_t* positions, const double* inv_freq, double position_scale) {
+// Grid (row, group of kRopeHeads heads): groups [0, groups_a) rotate the
+// heads of a, the rest those of b (a decode layer's q and k in one launch;
+// b may be empty). The block's threads first take the angles, one frequency
+// each, in double as on the CPU (so both backends rotate by the same float
+// cos/sin), then the rotations of the group's (head, pair)s: every thread's
+// loads are independent, and the costly double cos/sin run once per block
+// instead of once per head.
+constexpr unsigned kRopeThreads = 128;
+constexpr size_t kRopeHeads = 4;
+
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kernel(float* a, size_t n_heads_a, unsigned groups_a, float* b, size_t n_heads_b, size_t head_dim,
+                size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale) {
+  extern __shared__ float angles[];  // cos of the n_rot / 2 frequencies, then their sin
   const size_t row = blockIdx.x;
+  const bool in_a = blockIdx.y < groups_a;
+  float* x = in_a ? a : b;
+  const size_t n_heads = in_a ? n_heads_a : n_heads_b;
+  const size_t h0 = static_cast<size_t>(in_a ? blockIdx.y : blockIdx.y - groups_a) * kRopeHeads;
   const size_t half = n_rot / 2;
   const double p = static_cast<double>(positions[row]) * position_scale;
-  for (size_t t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
-    const size_t h = t / half, i = t % half;
+  for (size_t i = threadIdx.x; i < half; i += kRopeThreads) {
     const double theta = p * inv_freq[i];
-    const float c = static_cast<float>(cos(theta));
-    const float s = static_cast<float>(sin(theta));
+    angles[i] = static_cast<float>(cos(theta));
+    angles[half + i] = static_cast<float>(sin(theta));
+  }
+  __syncthreads();
+  const size_t heads = min(kRopeHeads, n_heads - h0);
+  for (size_t t = threadIdx.x; t < heads * half; t += kRopeThreads) {
+    const size_t h = h0 + t / half, i = t % half;
+    const float c = angles[i], s = angles[half + i];
     float* head = x + (row * n_heads + h) * head_dim;
-    float* a = neox ? head + i : head + 2 * i;
-    float* b = neox ? head + i + half : head + 2 * i + 1;
-    const float x0 = *a, x1 = *b;
-    *a = x0 * c - x1 * s;
-    *b = x0 * s + x1 * c;
+    float* lo = neox ? head + i : head + 2 * i;
+    float* hi = neox ? head + i + half : head + 2 * i + 1;
+    const float x0 = *lo, x1 = *hi;
+    *lo = x0 * c - x1 * s;
+    *hi = x0 * s + x1 * c;
   }
 }
 
@@ -111,16 +192,20 @@ __global__ void get_rows_kernel(const uint8_t* w, size_t row_bytes, size_t k, co
   }
 }
 
+// Grid (row, 2): block y 0 stores the row's K, block y 1 its V; the
+// conversions of a thread are independent, unrolled so their loads overlap.
 __global__ void write_kv_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k,
                                 size_t k_width, const float* v, size_t v_width) {
   const size_t r = blockIdx.x;
   if (kv.writes[r] == 0) return;
+  const bool value = blockIdx.y == 1;
   const int32_t pos = kv.positions[r];
   const size_t slot = ring ? static_cast<size_t>(pos % kv.ring_rows[r]) : static_cast<size_t>(pos);
-  uint16_t* kp = const_cast<uint16_t*>(kv.tables[r][layer]) + slot * k_width;
-  uint16_t* vp = const_cast<uint16_t*>(kv.tables[r][n_layer + layer]) + slot * v_width;
-  for (size_t i = threadIdx.x; i < k_width; i += blockDim.x) kp[i] = f32_to_f16_bits(k[r * k_width + i]);
-  for (size_t i = threadIdx.x; i < v_width; i += blockDim.x) vp[i] = f32_to_f16_bits(v[r * v_width + i]);
+  const size_t width = value ? v_width : k_width;
+  const float* src = (value ? v : k) + r * width;
+  uint16_t* dst = const_cast<uint16_t*>(kv.tables[r][value ? n_layer + layer : layer]) + slot * width;
+#pragma unroll 4
+  for (size_t i = threadIdx.x; i < width; i += blockDim.x) dst[i] = f32_to_f16_bits(src[i]);
 }
 
 __global__ void gather_rows_kernel(const float* x, size_t width, const int32_t* ids, float* out) {
@@ -142,9 +227,58 @@ void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, flo
 
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
   if (n == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(n), kNormThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, weight, width,
-                                                                                                   eps, out);
+  rms_norm_kernel<0><<<static_cast<unsigned>(n), norm_threads(width), 0, static_cast<cudaStream_t>(stream)>>>(
+      x, nullptr, nullptr, weight, width, eps, out, nullptr, nullptr, nullptr);
   check_launch("rms_norm");
+}
+
+ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, const float* weight, size_t n,
+                            size_t width, float eps, float* out, ActivationFormat format, void* scratch,
+                            void* stream) {
+  const bool quantize = format != ActivationFormat::F32;
+  if ((quantize && format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) ||
+      (quantize && width % 32 != 0)) {
+    throw InternalError("[cuda add_rms_norm] quantizes to Q8_0 or Q8_1 only, rows of a multiple of 32");
+  }
+  ActivationView view = activation_view(format, n, width, scratch);
+  if (n == 0) return view;
+  int8_t* q = const_cast<int8_t*>(view.q);
+  float* d = const_cast<float*>(view.d);
+  float* s = const_cast<float*>(view.s);
+  const dim3 grid(static_cast<unsigned>(n));
+  const unsigned threads = norm_threads(width);
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (format == ActivationFormat::Q8_1) {
+    rms_norm_kernel<2><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, q, d, s);
+  } else if (format == ActivationFormat::Q8_0) {
+    rms_norm_kernel<1><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, q, d, nullptr);
+  } else {
+    rms_norm_kernel<0><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, nullptr, nullptr, nullptr);
+  }
+  check_launch("add_rms_norm");
+  return view;
+}
+
+ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n, size_t width, float eps, float* out,
+                                  ActivationFormat format, void* scratch, void* stream) {
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || width % 32 != 0) {
+    throw InternalError("[cuda rms_norm_quantized] needs Q8_0 or Q8_1 and a width multiple of 32");
+  }
+  const ActivationView view = activation_view(format, n, width, scratch);
+  if (n == 0) return view;
+  int8_t* q = const_cast<int8_t*>(view.q);
+  float* d = const_cast<float*>(view.d);
+  float* s = const_cast<float*>(view.s);
+  const unsigned threads = norm_threads(width);
+  if (format == ActivationFormat::Q8_1) {
+    rms_norm_kernel<2><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, nullptr, nullptr, weight, width, eps, out, q, d, s);
+  } else {
+    rms_norm_kernel<1><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, nullptr, nullptr, weight, width, eps, out, q, d, nullptr);
+  }
+  check_launch("rms_norm_quantized");
+  return view;
 }
 
 void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream) {
@@ -170,9 +304,32 @@ void softcap(float* dst, const float* src, size_t count, float cap, void* stream
 
 void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream) {
   if (count == 0) return;
-  glu_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind),
-                                                                                              dst, gate, up, count);
+  glu_kernel<0><<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<int>(kind), dst, gate, up, count, nullptr, nullptr, nullptr);
   check_launch("glu");
+}
+
+ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const float* up, size_t n_rows, size_t width,
+                             ActivationFormat format, void* scratch, void* stream) {
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || width % 32 != 0) {
+    throw InternalError("[cuda glu_quantized] needs Q8_0 or Q8_1 and a width multiple of 32");
+  }
+  const ActivationView view = activation_view(format, n_rows, width, scratch);
+  const size_t count = n_rows * width;
+  if (count == 0) return view;
+  int8_t* q = const_cast<int8_t*>(view.q);
+  float* d = const_cast<float*>(view.d);
+  float* s = const_cast<float*>(view.s);
+  const unsigned grid = ceil_div(count, kThreads);
+  if (format == ActivationFormat::Q8_1) {
+    glu_kernel<2><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind), dst, gate, up,
+                                                                           count, q, d, s);
+  } else {
+    glu_kernel<1><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind), dst, gate, up,
+                                                                           count, q, d, nullptr);
+  }
+  check_launch("glu_quantized");
+  return view;
 }
 
 void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
@@ -185,9 +342,16 @@ void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t 
 
 void rope(float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
           const int32_t* positions, const double* inv_freq, double position_scale, void* stream) {
-  if (n_rows == 0 || n_rot == 0) return;
-  rope_kernel<<<static_cast<unsigned>(n_rows), 128, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, n_heads, head_dim, n_rot, neox, positions, inv_freq, position_scale);
+  rope_pair(x, n_heads, nullptr, 0, n_rows, head_dim, n_rot, neox, positions, inv_freq, position_scale, stream);
+}
+
+void rope_pair(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_rows, size_t head_dim, size_t n_rot,
+               bool neox, const int32_t* positions, const double* inv_freq, double position_scale, void* stream) {
+  if (n_rows == 0 || n_heads_a + n_heads_b == 0 || n_rot == 0) return;
+  const unsigned groups_a = ceil_div(n_heads_a, kRopeHeads), groups_b = ceil_div(n_heads_b, kRopeHeads);
+  const dim3 grid(static_cast<unsigned>(n_rows), groups_a + groups_b);
+  rope_kernel<<<grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
+      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale);
   check_launch("rope");
 }
 
@@ -205,7 +369,7 @@ void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_
 void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k, size_t k_width,
               const float* v, size_t v_width, size_t n_rows, void* stream) {
   if (n_rows == 0) return;
-  write_kv_kernel<<<static_cast<unsigned>(n_rows), 128, 0, static_cast<cudaStream_t>(stream)>>>(
+  write_kv_kernel<<<dim3(static_cast<unsigned>(n_rows), 2), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       kv, n_layer, layer, ring, k, k_width, v, v_width);
   check_launch("write_kv");
 }

@@ -4,45 +4,19 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/quantize_block.cuh"
 #include "core/error.h"
 
 namespace muser::cuda {
 namespace {
 
-// The reference's round_to_int8: NaN -> 0, clamp to +-127, nearest-even.
-__device__ __forceinline__ int8_t round_to_int8(float v) {
-  if (!(v == v)) return 0;
-  v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-  return static_cast<int8_t>(__float2int_rn(v));
-}
-
 // One warp per 32-element block (Q8_0, and Q8_1 with its sum).
 template <bool kWithSum>
-__global__ void quantize_q8_32(const float* __restrict__ x, size_t n_blocks_total, size_t blocks_per_row,
-                               int8_t* __restrict__ q, float* __restrict__ d, float* __restrict__ s) {
+__global__ void quantize_q8_32(const float* __restrict__ x, size_t n_blocks_total, int8_t* __restrict__ q,
+                               float* __restrict__ d, float* __restrict__ s) {
   const size_t block = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
   if (block >= n_blocks_total) return;
-  const float v = x[block * 32 + lane];
-  // max is exact in any order; NaN never wins, as in the reference's max_abs.
-  float amax = fabsf(v);
-  if (!(amax == amax)) amax = 0.0f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, amax, offset);
-    amax = other > amax ? other : amax;
-  }
-  const float dd = amax / 127.0f;
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const int8_t qv = round_to_int8(v * id);
-  q[block * 32 + lane] = qv;
-  const float d_half = f16_bits_to_f32(f32_to_f16_bits(dd));
-  if (lane == 0) d[block] = d_half;
-  if (kWithSum) {
-    const int sum = warp_sum(static_cast<int>(qv));
-    if (lane == 0) s[block] = f16_bits_to_f32(f32_to_f16_bits(dd * static_cast<float>(sum)));
-  }
-  (void)blocks_per_row;
+  quantize_block32<kWithSum>(x[block * 32 + threadIdx.x % 32], threadIdx.x % 32, block, q, d, s);
 }
 
 // One 256-thread block per 256-element super-block (Q8_K).
@@ -119,45 +93,55 @@ size_t activation_bytes(ActivationFormat format, size_t n_rows, size_t k) {
   throw InternalError("[cuda activation_bytes] unhandled format");
 }
 
-ActivationView quantize_activations(ActivationFormat format, const float* x, size_t n_rows, size_t k,
-                                    void* scratch, void* stream_ptr) {
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+ActivationView activation_view(ActivationFormat format, size_t n_rows, size_t k, void* scratch) {
   ActivationView view;
   view.format = format;
   view.k = k;
+  if (format == ActivationFormat::F32) return view;
+  if (k % activation_block_elems(format) != 0) {
+    throw InternalError("[cuda quantize] row length " + std::to_string(k) + " is not a block multiple");
+  }
   const size_t elems = n_rows * k;
+  uint8_t* base = static_cast<uint8_t*>(scratch);
+  view.q = reinterpret_cast<int8_t*>(base);
+  base += align_up(elems);
+  if (format == ActivationFormat::Q8_K) {
+    view.d = reinterpret_cast<float*>(base);
+    base += align_up(elems / 256 * 4);
+    view.bsum = reinterpret_cast<int32_t*>(base);
+    return view;
+  }
+  view.d = reinterpret_cast<float*>(base);
+  base += align_up(elems / 32 * 4);
+  if (format == ActivationFormat::Q8_1) view.s = reinterpret_cast<float*>(base);
+  return view;
+}
+
+ActivationView quantize_activations(ActivationFormat format, const float* x, size_t n_rows, size_t k,
+                                    void* scratch, void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  ActivationView view = activation_view(format, n_rows, k, scratch);
   if (format == ActivationFormat::F32) {
     view.f = x;
     return view;
   }
-  if (k % activation_block_elems(format) != 0) {
-    throw InternalError("[cuda quantize] row length " + std::to_string(k) + " is not a block multiple");
-  }
-  uint8_t* base = static_cast<uint8_t*>(scratch);
-  int8_t* q = reinterpret_cast<int8_t*>(base);
-  base += align_up(elems);
-  view.q = q;
+  // The view's pointers are written through here (they are const for the matvec).
+  int8_t* q = const_cast<int8_t*>(view.q);
+  float* d = const_cast<float*>(view.d);
+  const size_t elems = n_rows * k;
   if (format == ActivationFormat::Q8_K) {
-    float* d = reinterpret_cast<float*>(base);
-    base += align_up(elems / 256 * 4);
-    int32_t* bsum = reinterpret_cast<int32_t*>(base);
-    view.d = d;
-    view.bsum = bsum;
-    if (elems > 0) quantize_q8_k<<<static_cast<unsigned>(elems / 256), 256, 0, stream>>>(x, q, d, bsum);
+    if (elems > 0) {
+      quantize_q8_k<<<static_cast<unsigned>(elems / 256), 256, 0, stream>>>(x, q, d, const_cast<int32_t*>(view.bsum));
+    }
     check_launch("quantize_q8_k");
     return view;
   }
-  float* d = reinterpret_cast<float*>(base);
-  base += align_up(elems / 32 * 4);
-  view.d = d;
   const size_t n_blocks = elems / 32;
   const unsigned grid = ceil_div(n_blocks * 32, 256);
   if (format == ActivationFormat::Q8_1) {
-    float* s = reinterpret_cast<float*>(base);
-    view.s = s;
-    if (n_blocks > 0) quantize_q8_32<true><<<grid, 256, 0, stream>>>(x, n_blocks, k / 32, q, d, s);
+    if (n_blocks > 0) quantize_q8_32<true><<<grid, 256, 0, stream>>>(x, n_blocks, q, d, const_cast<float*>(view.s));
   } else {
-    if (n_blocks > 0) quantize_q8_32<false><<<grid, 256, 0, stream>>>(x, n_blocks, k / 32, q, d, nullptr);
+    if (n_blocks > 0) quantize_q8_32<false><<<grid, 256, 0, stream>>>(x, n_blocks, q, d, nullptr);
   }
   check_launch("quantize_q8_32");
   return view;

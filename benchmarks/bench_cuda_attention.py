@@ -1,0 +1,47 @@
+"""The CUDA decode attention alone: microseconds per layer (the split kernel
+and its combine) at llama3-8b and smollm2-135m head layouts, 1 and 4 rows,
+at several context lengths, with the layer's KV evicted from L2 before each
+launch (as a decode step's weights evict it between layers). Also the
+fraction of 4.3 TB/s the K/V reads reach.
+
+    python benchmarks/bench_cuda_attention.py [--contexts 140,1024,4096] [--reps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from muser._core import _testing as t
+
+PEAK_BYTES_PER_S = 4.3e12
+LAYOUTS = {"llama3-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--contexts", default="140,1024,4096")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    contexts = [int(c) for c in args.contexts.split(",")]
+    rng = np.random.default_rng(0)
+    print(f"{'layout':14s} {'rows':>4s} {'context':>7s} {'us/layer':>9s} {'KV GB/s':>8s} {'of peak':>7s}")
+    for name, (n_head, n_head_kv, hd) in LAYOUTS.items():
+        plane_rows = max(contexts)
+        k = rng.standard_normal((plane_rows, n_head_kv * hd)).astype(np.float16).view(np.uint16)
+        v = rng.standard_normal((plane_rows, n_head_kv * hd)).astype(np.float16).view(np.uint16)
+        for rows in (1, 4):
+            for ctx in contexts:
+                positions = [ctx - 1 - r for r in range(rows)]  # separate sessions at about ctx
+                q = (rng.standard_normal((rows, n_head * hd)) / np.sqrt(hd)).astype(np.float32)
+                us = t.cuda_time_attention(k, v, q, positions, n_head, n_head_kv, args.reps)
+                # The rows share one layer's planes here: DRAM reads the longest row's span once.
+                kv_bytes = (max(positions) + 1) * n_head_kv * hd * 2 * 2
+                rate = kv_bytes / (us * 1e-6)
+                print(f"{name:14s} {rows:4d} {ctx:7d} {us:9.2f} {rate / 1e9:8.0f} {rate / PEAK_BYTES_PER_S:7.0%}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
