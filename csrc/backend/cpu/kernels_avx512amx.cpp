@@ -71,7 +71,7 @@ class HardwareTiles {
   HardwareTiles& operator=(const HardwareTiles&) = delete;
 
   // c_out (16 x 16 int32, 64 B rows) = A (16 rows of 32 signed bytes at a,
-  // a_stride apart) times B (8 x 64 unsigned bytes at b), in register set Set.
+  // a_stride apart) times B (8 x 64 signed bytes at b), in register set Set.
   template <int Set>
   void block_dot(const void* a, size_t a_stride, const void* b, int32_t* c_out) {
     const long stride = static_cast<long>(a_stride);
@@ -79,13 +79,13 @@ class HardwareTiles {
       _tile_zero(0);
       _tile_loadd(2, a, stride);
       _tile_loadd(4, b, 64);
-      _tile_dpbsud(0, 2, 4);
+      _tile_dpbssd(0, 2, 4);
       _tile_stored(0, c_out, 64);
     } else {
       _tile_zero(1);
       _tile_loadd(3, a, stride);
       _tile_loadd(5, b, 64);
-      _tile_dpbsud(1, 3, 5);
+      _tile_dpbssd(1, 3, 5);
       _tile_stored(1, c_out, 64);
     }
   }
@@ -97,7 +97,7 @@ class EmulatedTiles {
  public:
   template <int Set>
   void block_dot(const void* a, size_t a_stride, const void* b, int32_t* c_out) {
-    const auto* b_bytes = static_cast<const uint8_t*>(b);
+    const auto* b_bytes = static_cast<const int8_t*>(b);
     for (size_t m = 0; m < kTileRows; ++m) {
       const auto* a_row = static_cast<const int8_t*>(a) + m * a_stride;
       for (size_t n = 0; n < 16; ++n) {
@@ -113,22 +113,23 @@ class EmulatedTiles {
   }
 };
 
-// Block b of a group as an 8 x 64 B tile: Q8_0's stored chunks are one
-// already; the others are unpacked into `scratch`.
+constexpr size_t kBTileBytes = 512;  // one block of a group as a B tile: 8 rows of 64 bytes
+
+// Block `block` of a group as a signed B tile at dst: chunk k of the sixteen
+// rows is row k, each quant plus the type's offset (mod 256 for Q8_0's -128:
+// the stored q + 128 becomes q again).
 template <typename P>
-static const uint8_t* block_b_tile(const uint8_t* block, uint8_t* scratch) {
-  if constexpr (std::is_same_v<P, PackedQ8_0>) {
-    return block + P::kHeadBytes;
-  } else {
-    __m512i chunks[8];
-    P::unpack(block, chunks);
-    for (int k = 0; k < 8; ++k) _mm512_store_si512(scratch + 64 * k, chunks[k]);
-    return scratch;
+static inline void signed_b_tile(const uint8_t* block, uint8_t* dst) {
+  __m512i chunks[8];
+  P::unpack(block, chunks);
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(P::kOffset));
+  for (int k = 0; k < 8; ++k) {
+    _mm512_store_si512(dst + 64 * k, P::kOffset != 0 ? _mm512_add_epi8(chunks[k], offset) : chunks[k]);
   }
 }
 
 // The float steps for one block: C (16 activation rows x 16 weight rows of
-// integer dots without the offset) into the sixteen running sums.
+// the blocks' integer dots) into the sixteen running sums.
 template <typename P>
 static inline void add_block_terms(const int32_t* c, const uint8_t* block, const PackedActExtra* const* extra,
                                    size_t b, __m512* acc) {
@@ -137,8 +138,7 @@ static inline void add_block_terms(const int32_t* c, const uint8_t* block, const
   if constexpr (P::kHasMin) mw = _mm512_cvtph_ps(load256(block + 2 * kPackedRows));
   for (size_t r = 0; r < kTileRows; ++r) {
     const PackedActExtra& ap = extra[r][b];
-    __m512i sumi = _mm512_load_si512(c + 16 * r);
-    if constexpr (P::kOffset != 0) sumi = _mm512_add_epi32(sumi, _mm512_set1_epi32(P::kOffset * ap.sum));
+    const __m512i sumi = _mm512_load_si512(c + 16 * r);
     __m512 term = _mm512_mul_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, _mm512_set1_ps(ap.d)));
     if constexpr (P::kHasMin) term = _mm512_add_ps(term, _mm512_mul_ps(mw, _mm512_set1_ps(ap.s)));
     acc[r] = _mm512_add_ps(acc[r], term);
@@ -146,63 +146,81 @@ static inline void add_block_terms(const int32_t* c, const uint8_t* block, const
 }
 
 // Sixteen activation rows (from `act`, `act_row_bytes` apart) against one
-// group, every block; results into the `lanes` of y[r * y_stride + 0..15].
+// group's blocks [b_begin, b_end), whose signed B tiles are at `b_tiles`;
+// results into the `lanes` of y[r * y_stride + 0..15]. The running sums
+// start at +0 (b_begin == 0) or from what the previous pass left in y, so
+// every sum adds its terms in block order as in one pass.
 template <typename P, typename Tiles>
-static void tile_group(Tiles& tiles, size_t nb, const uint8_t* group, const uint8_t* act, size_t act_row_bytes,
-                       const PackedActExtra* const* extra, float* y, size_t y_stride, __mmask16 lanes) {
+static void tile_group(Tiles& tiles, size_t b_begin, size_t b_end, const uint8_t* group, const uint8_t* b_tiles,
+                       const uint8_t* act, size_t act_row_bytes, const PackedActExtra* const* extra, float* y,
+                       size_t y_stride, __mmask16 lanes) {
   using Act = typename P::Act;
   constexpr size_t kBlockBytes = P::kHeadBytes + P::kQuantBytes;
   constexpr size_t kQs = offsetof(Act, qs);
   alignas(64) int32_t c0[kTileRows * 16];
   alignas(64) int32_t c1[kTileRows * 16];
-  alignas(64) uint8_t b0[512];
-  alignas(64) uint8_t b1[512];
   __m512 acc[kTileRows];
-  for (size_t r = 0; r < kTileRows; ++r) acc[r] = _mm512_setzero_ps();
-  size_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const uint8_t* block0 = group + b * kBlockBytes;
-    const uint8_t* block1 = block0 + kBlockBytes;
-    tiles.template block_dot<0>(act + b * sizeof(Act) + kQs, act_row_bytes, block_b_tile<P>(block0, b0), c0);
-    tiles.template block_dot<1>(act + (b + 1) * sizeof(Act) + kQs, act_row_bytes,
-                                      block_b_tile<P>(block1, b1), c1);
-    add_block_terms<P>(c0, block0, extra, b, acc);
-    add_block_terms<P>(c1, block1, extra, b + 1, acc);
+  for (size_t r = 0; r < kTileRows; ++r) {
+    acc[r] = b_begin == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lanes, y + r * y_stride);
   }
-  if (b < nb) {
-    const uint8_t* block = group + b * kBlockBytes;
-    tiles.template block_dot<0>(act + b * sizeof(Act) + kQs, act_row_bytes, block_b_tile<P>(block, b0), c0);
-    add_block_terms<P>(c0, block, extra, b, acc);
+  size_t b = b_begin;
+  for (; b + 2 <= b_end; b += 2) {
+    const uint8_t* tile = b_tiles + (b - b_begin) * kBTileBytes;
+    tiles.template block_dot<0>(act + b * sizeof(Act) + kQs, act_row_bytes, tile, c0);
+    tiles.template block_dot<1>(act + (b + 1) * sizeof(Act) + kQs, act_row_bytes, tile + kBTileBytes, c1);
+    add_block_terms<P>(c0, group + b * kBlockBytes, extra, b, acc);
+    add_block_terms<P>(c1, group + (b + 1) * kBlockBytes, extra, b + 1, acc);
+  }
+  if (b < b_end) {
+    tiles.template block_dot<0>(act + b * sizeof(Act) + kQs, act_row_bytes, b_tiles + (b - b_begin) * kBTileBytes,
+                                c0);
+    add_block_terms<P>(c0, group + b * kBlockBytes, extra, b, acc);
   }
   for (size_t r = 0; r < kTileRows; ++r) _mm512_mask_storeu_ps(y + r * y_stride, lanes, acc[r]);
 }
 
-// PackedTileFn. Blocking: groups in runs of about 256 KB (they stay in L2
-// while every 16-row activation tile of the call goes by), activation tiles,
-// then the groups of the run.
+// PackedTileFn. Blocking, outermost first: passes over kPassBlocks blocks
+// (a group's share is then at most 32 KB of B tiles); runs of groups whose
+// B tiles fill the 64 KB scratch, made once per call and pass; 16-row
+// activation tiles; the groups of the run. The scratch (on the stack: no
+// allocation per call) stays in L1/L2 while every activation tile goes by.
 template <typename P, typename Tiles>
 static void amx_packed_tile(size_t n, const uint8_t* packed, size_t n_w_rows, const uint8_t* act,
                             size_t act_row_bytes, size_t n_act_rows, float* y, size_t y_stride) {
-  constexpr size_t kWeightRunBytes = 256 * 1024;
+  constexpr size_t kPassBlocks = 64;
+  constexpr size_t kScratchBytes = 64 * 1024;
+  constexpr size_t kBlockBytes = P::kHeadBytes + P::kQuantBytes;
+  static_assert(kScratchBytes >= 2 * kPassBlocks * kBTileBytes, "a run holds at least two groups");
   const size_t full = n_act_rows / kTileRows * kTileRows;
   if (full != 0) {
     const size_t nb = n / 32;
     const size_t group_bytes = packed_group_bytes<P>(n);
     const size_t n_groups = (n_w_rows + kPackedRows - 1) / kPackedRows;
-    const size_t run_groups = group_bytes >= kWeightRunBytes ? 1 : kWeightRunBytes / group_bytes;
     Tiles tiles;
+    alignas(64) uint8_t scratch[kScratchBytes];
     const PackedActExtra* extra[kTileRows];
-    for (size_t g0 = 0; g0 < n_groups; g0 += run_groups) {
-      const size_t g1 = n_groups - g0 < run_groups ? n_groups : g0 + run_groups;
-      for (size_t r0 = 0; r0 < full; r0 += kTileRows) {
-        const uint8_t* rows = act + r0 * act_row_bytes;
-        for (size_t r = 0; r < kTileRows; ++r) extra[r] = packed_act_extras<P>(rows + r * act_row_bytes, nb);
+    for (size_t b0 = 0; b0 < nb; b0 += kPassBlocks) {
+      const size_t b1 = nb - b0 < kPassBlocks ? nb : b0 + kPassBlocks;
+      const size_t pass_tile_bytes = (b1 - b0) * kBTileBytes;
+      const size_t run_groups = kScratchBytes / pass_tile_bytes;
+      for (size_t g0 = 0; g0 < n_groups; g0 += run_groups) {
+        const size_t g1 = n_groups - g0 < run_groups ? n_groups : g0 + run_groups;
         for (size_t g = g0; g < g1; ++g) {
-          const size_t left = n_w_rows - g * kPackedRows;
-          const __mmask16 lanes = left >= kPackedRows ? static_cast<__mmask16>(0xffff)
-                                                      : static_cast<__mmask16>((1u << left) - 1);
-          tile_group<P>(tiles, nb, packed + g * group_bytes, rows, act_row_bytes, extra,
-                        y + r0 * y_stride + g * kPackedRows, y_stride, lanes);
+          for (size_t b = b0; b < b1; ++b) {
+            signed_b_tile<P>(packed + g * group_bytes + b * kBlockBytes,
+                             scratch + (g - g0) * pass_tile_bytes + (b - b0) * kBTileBytes);
+          }
+        }
+        for (size_t r0 = 0; r0 < full; r0 += kTileRows) {
+          const uint8_t* rows = act + r0 * act_row_bytes;
+          for (size_t r = 0; r < kTileRows; ++r) extra[r] = packed_act_extras<P>(rows + r * act_row_bytes, nb);
+          for (size_t g = g0; g < g1; ++g) {
+            const size_t left = n_w_rows - g * kPackedRows;
+            const __mmask16 lanes = left >= kPackedRows ? static_cast<__mmask16>(0xffff)
+                                                        : static_cast<__mmask16>((1u << left) - 1);
+            tile_group<P>(tiles, b0, b1, packed + g * group_bytes, scratch + (g - g0) * pass_tile_bytes, rows,
+                          act_row_bytes, extra, y + r0 * y_stride + g * kPackedRows, y_stride, lanes);
+          }
         }
       }
     }
