@@ -334,6 +334,43 @@ void bind_testing_kernels(nb::module_& m) {
       nb::arg("isa"), nb::arg("y"), nb::arg("w"), nb::arg("values"), nb::arg("composed"),
       "y + sum_r w[r] * f32(values[r]) in ascending r by the table's axpy_rows, or (composed) to_f32 then axpy per row.");
   m.def(
+      "f16_vec_dot_rows_f32",
+      [](const std::string& isa_name, const Floats1D& q, const Floats2D& keys, float scale) {
+        const cpu::F16VecOps& ops = f16_vec_table(isa_name);
+        const size_t n = q.shape(0);
+        if (keys.shape(1) != n) {
+          throw InvalidArgument(format_where("testing", "keys must have " + std::to_string(n) + " columns"));
+        }
+        const size_t rows = keys.shape(0);
+        OwnedArray<float> out(rows);
+        {
+          nb::gil_scoped_release release;
+          ops.dot_rows_f32(q.data(), keys.data(), n, rows, n, scale, out.data);
+        }
+        return out.release_to_numpy({rows});
+      },
+      nb::arg("isa"), nb::arg("q"), nb::arg("keys"), nb::arg("scale"),
+      "Scores q . keys[r] * scale by the table's dot_rows_f32 (keys already float32).");
+  m.def(
+      "f16_vec_axpy_rows_f32",
+      [](const std::string& isa_name, const Floats1D& y, const Floats1D& w, const Floats2D& values) {
+        const cpu::F16VecOps& ops = f16_vec_table(isa_name);
+        const size_t n = y.shape(0);
+        const size_t rows = values.shape(0);
+        if (values.shape(1) != n || w.shape(0) != rows) {
+          throw InvalidArgument(format_where("testing", "values must be (len(w), len(y))"));
+        }
+        OwnedArray<float> out(n);
+        std::copy(y.data(), y.data() + n, out.data);
+        {
+          nb::gil_scoped_release release;
+          ops.axpy_rows_f32(out.data, w.data(), values.data(), n, rows, n);
+        }
+        return out.release_to_numpy({n});
+      },
+      nb::arg("isa"), nb::arg("y"), nb::arg("w"), nb::arg("values"),
+      "y + sum_r w[r] * values[r] in ascending r by the table's axpy_rows_f32 (values already float32).");
+  m.def(
       "f16_vec_softmax",
       [](const std::string& isa_name, const Floats1D& x) {
         const cpu::F16VecOps& ops = f16_vec_table(isa_name);

@@ -56,6 +56,32 @@ def test_axpy_rows_equal_to_f32_then_axpy_bit_for_bit(isa, dim):
         np.testing.assert_allclose(batched, expected, rtol=1e-5, atol=1e-5 * n_rows)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dim", DIMS + [192, 200, 264])
+def test_the_float32_row_entries_give_the_f16_row_entries_bits(isa, dim):
+    """attend_block converts a chunk of cache rows once for a block of many
+    queries (prefill) and calls dot_rows_f32 / axpy_rows_f32; a decode row's
+    few queries read the f16 rows through dot_rows / axpy_rows. Both must
+    give the same bits, or a row's logits would depend on how prefill was
+    split. Covers the head sizes held in registers (64, 128) and the rest."""
+    rng = np.random.default_rng(500 + dim)
+    for n_rows in ROW_COUNTS + [32, 48, 65]:
+        q = rng.standard_normal(dim).astype(np.float32)
+        keys = f16_rows(rng, n_rows, dim)
+        keys_f32 = np.ascontiguousarray(keys.view(np.float16).astype(np.float32))
+        from_f16 = t.f16_vec_dot_rows(isa, q, keys, 0.125, False)
+        from_f32 = t.f16_vec_dot_rows_f32(isa, q, keys_f32, 0.125)
+        np.testing.assert_array_equal(from_f32.view(np.uint32), from_f16.view(np.uint32))
+
+        y = rng.standard_normal(dim).astype(np.float32)
+        w = rng.random(n_rows).astype(np.float32)
+        values = f16_rows(rng, n_rows, dim)
+        values_f32 = np.ascontiguousarray(values.view(np.float16).astype(np.float32))
+        from_f16 = t.f16_vec_axpy_rows(isa, y, w, values, False)
+        from_f32 = t.f16_vec_axpy_rows_f32(isa, y, w, values_f32)
+        np.testing.assert_array_equal(from_f32.view(np.uint32), from_f16.view(np.uint32))
+
+
 def test_a_score_does_not_depend_on_the_rows_beside_it():
     # The same key row at every place of runs of several lengths.
     rng = np.random.default_rng(7)
@@ -81,6 +107,10 @@ def test_unknown_tables_and_mismatched_shapes_are_typed_errors():
         t.f16_vec_axpy_rows("scalar", q, np.zeros(3, np.float32), np.zeros((2, 8), np.uint16), False)
     with pytest.raises(ValueError, match="no attention vector table"):
         t.f16_vec_softmax("no-such-isa", q)
+    with pytest.raises(ValueError, match="columns"):
+        t.f16_vec_dot_rows_f32("scalar", q, np.zeros((2, 7), np.float32), 1.0)
+    with pytest.raises(ValueError, match="values must be"):
+        t.f16_vec_axpy_rows_f32("scalar", q, np.zeros(3, np.float32), np.zeros((2, 8), np.float32))
 
 
 def softmax64(x):

@@ -109,21 +109,56 @@ inline __m512 load_f16(const uint16_t* k, size_t i, __mmask16 m) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, k + i));
 }
 
-void dot_rows_avx512(const float* q, const uint16_t* k, size_t stride, size_t rows, size_t n, float scale,
-                     float* scores) {
+// Sixteen values of a cache row (masked): f16 converted in registers, or
+// float32 already converted (the *_f32 entries). The same values either way.
+inline __m512 load16(const uint16_t* k, size_t i, __mmask16 m) { return load_f16(k, i, m); }
+inline __m512 load16(const float* k, size_t i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, k + i); }
+
+// dot_lanes for n = 16 * B, B a multiple of 4 (no 16-element steps, no
+// tail), q's blocks held in registers across the rows: the same fused
+// multiply-adds in the same order.
+template <size_t B, typename T>
+inline __m512 dot_lanes_fixed(const __m512* qv, const T* k) {
+  static_assert(B % 4 == 0, "whole 64-element steps only");
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  for (size_t j = 0; j < B; j += 4) {
+    a0 = _mm512_fmadd_ps(qv[j], load16(k, 16 * j, 0xffff), a0);
+    a1 = _mm512_fmadd_ps(qv[j + 1], load16(k, 16 * j + 16, 0xffff), a1);
+    a2 = _mm512_fmadd_ps(qv[j + 2], load16(k, 16 * j + 32, 0xffff), a2);
+    a3 = _mm512_fmadd_ps(qv[j + 3], load16(k, 16 * j + 48, 0xffff), a3);
+  }
+  return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+}
+
+// `lanes(row)` is dot_lanes of q and that row.
+template <typename T, typename Lanes>
+inline void dot_rows_with(const T* k, size_t stride, size_t rows, float scale, float* scores, Lanes lanes) {
   const __m512 vscale = _mm512_set1_ps(scale);
   size_t r = 0;
   for (; r + 16 <= rows; r += 16, k += 16 * stride) {
-    __m512 lanes[16];
-    for (int j = 0; j < 16; ++j) {
-      const uint16_t* row = k + j * stride;
-      lanes[j] = dot_lanes(q, n, [row](size_t i, __mmask16 m) { return load_f16(row, i, m); });
-    }
-    _mm512_storeu_ps(scores + r, _mm512_mul_ps(sum16(lanes), vscale));
+    __m512 sums[16];
+    for (int j = 0; j < 16; ++j) sums[j] = lanes(k + j * stride);
+    _mm512_storeu_ps(scores + r, _mm512_mul_ps(sum16(sums), vscale));
   }
-  for (; r < rows; ++r, k += stride) {
-    scores[r] = sum_lanes(dot_lanes(q, n, [k](size_t i, __mmask16 m) { return load_f16(k, i, m); })) * scale;
-  }
+  for (; r < rows; ++r, k += stride) scores[r] = sum_lanes(lanes(k)) * scale;
+}
+
+// The common head sizes (64, 128) keep q in registers.
+template <typename T, size_t B>
+inline void dot_rows_fixed(const float* q, const T* k, size_t stride, size_t rows, float scale, float* scores) {
+  __m512 qv[B];
+  for (size_t j = 0; j < B; ++j) qv[j] = _mm512_loadu_ps(q + 16 * j);
+  dot_rows_with(k, stride, rows, scale, scores, [&qv](const T* row) { return dot_lanes_fixed<B>(qv, row); });
+}
+
+template <typename T>
+void dot_rows_avx512(const float* q, const T* k, size_t stride, size_t rows, size_t n, float scale, float* scores) {
+  if (n == 64) return dot_rows_fixed<T, 4>(q, k, stride, rows, scale, scores);
+  if (n == 128) return dot_rows_fixed<T, 8>(q, k, stride, rows, scale, scores);
+  dot_rows_with(k, stride, rows, scale, scores, [q, n](const T* row) {
+    return dot_lanes(q, n, [row](size_t i, __mmask16 m) { return load16(row, i, m); });
+  });
 }
 
 // The AVX2 table's axpy, bit for bit: one fused multiply-add per element
@@ -141,6 +176,15 @@ void axpy_avx512(float* y, float a, const float* x, size_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// The columns after axpy_rows_avx512's 128-wide blocks: the AVX2 table's
+// axpy_rows (or axpy_rows_f32), bit for bit the same per column.
+inline void rest_of_axpy_rows(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n) {
+  avx2_f16_vec_ops().axpy_rows(y, w, v, stride, rows, n);
+}
+inline void rest_of_axpy_rows(float* y, const float* w, const float* v, size_t stride, size_t rows, size_t n) {
+  avx2_f16_vec_ops().axpy_rows_f32(y, w, v, stride, rows, n);
+}
+
 // axpy_avx512 row after row, y held in registers across the rows: 128
 // columns at a time as eight 16-lane chains (each column is one chain of
 // fused multiply-adds, row after row, so its latency bounds a row: eight
@@ -149,26 +193,35 @@ void axpy_avx512(float* y, float a, const float* x, size_t n) {
 // chains are as fast there and do not pay for 512-bit conversions on CPUs
 // that split them). Columns are independent, so every column gets
 // axpy_rows_avx2's bits.
-void axpy_rows_avx512(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n) {
+template <typename T>
+void axpy_rows_avx512(float* y, const float* w, const T* v, size_t stride, size_t rows, size_t n) {
   size_t i = 0;
   for (; i + 128 <= n; i += 128) {
     __m512 acc[8];
     for (int c = 0; c < 8; ++c) acc[c] = _mm512_loadu_ps(y + i + 16 * c);
-    const uint16_t* row = v + i;
+    const T* row = v + i;
     for (size_t r = 0; r < rows; ++r, row += stride) {
       const __m512 a = _mm512_set1_ps(w[r]);
-      for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(a, load_f16(row, 16 * c, 0xffff), acc[c]);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(a, load16(row, 16 * c, 0xffff), acc[c]);
     }
     for (int c = 0; c < 8; ++c) _mm512_storeu_ps(y + i + 16 * c, acc[c]);
   }
-  if (i < n) avx2_f16_vec_ops().axpy_rows(y + i, w, v + i, stride, rows, n - i);
+  if (i < n) rest_of_axpy_rows(y + i, w, v + i, stride, rows, n - i);
 }
 
 }  // namespace
 
 const F16VecOps& avx512_f16_vec_ops() {
-  static const F16VecOps ops{"avx512",    to_f32_avx512,   to_f16_avx512,    dot_avx512,
-                             axpy_avx512, dot_rows_avx512, axpy_rows_avx512, avx2_f16_vec_ops().softmax};
+  static const F16VecOps ops{"avx512",
+                             to_f32_avx512,
+                             to_f16_avx512,
+                             dot_avx512,
+                             axpy_avx512,
+                             dot_rows_avx512<uint16_t>,
+                             axpy_rows_avx512<uint16_t>,
+                             dot_rows_avx512<float>,
+                             axpy_rows_avx512<float>,
+                             avx2_f16_vec_ops().softmax};
   return ops;
 }
 
