@@ -20,6 +20,7 @@
 
 #include "backend/cpu/kernel_set.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/ops_norm.h"
 #include "backend/cpu/vec_f16.h"
 #include "bindings/bindings.h"
 #include "bindings/host_arrays.h"
@@ -370,6 +371,25 @@ void bind_testing_kernels(nb::module_& m) {
       },
       nb::arg("isa"), nb::arg("y"), nb::arg("w"), nb::arg("values"),
       "y + sum_r w[r] * values[r] in ascending r by the table's axpy_rows_f32 (values already float32).");
+  m.def(
+      "cpu_rms_norm_rows",
+      [](const Floats2D& x, const Floats1D& w, float eps, size_t first, size_t count) {
+        const size_t rows = x.shape(0), n = x.shape(1);
+        if (w.shape(0) != n) throw InvalidArgument(format_where("testing", "w must have one weight per column"));
+        if (first > rows || count > rows - first) {
+          throw InvalidArgument(format_where("testing", "rows [first, first + count) must lie within x"));
+        }
+        OwnedArray<float> out(rows * n);
+        std::fill(out.data, out.data + rows * n, 0.0f);
+        {
+          nb::gil_scoped_release release;
+          cpu::rms_norm_rows(x.data() + first * n, n, w.data(), n, eps, out.data + first * n, n, count);
+        }
+        return out.release_to_numpy({rows, n});
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("eps"), nb::arg("first"), nb::arg("count"),
+      "The CPU backend's RMSNorm (cpu::rms_norm_rows) of rows first..first+count-1 of x in one call; "
+      "other rows of the result are 0.");
   m.def(
       "f16_vec_softmax",
       [](const std::string& isa_name, const Floats1D& x) {

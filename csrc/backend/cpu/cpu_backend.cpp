@@ -389,9 +389,9 @@ void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInpu
       const float* x = f32(op.src[0]);
       float* dst = f32(op.dst);
       const float* w = weights_.vectors[graph.tensor(op.src[1]).weight].data();
-      for (size_t r = first; r < last; ++r) {
-        for (size_t g = 0; g < cols; g += group) rms_norm(x + r * cols + g, w, group, op.p.eps, dst + r * cols + g);
-      }
+      // The rows' groups (cols / group of them per row) lie back to back.
+      rms_norm_rows(x + first * cols, group, w, group, op.p.eps, dst + first * cols, group,
+                    (last - first) * (cols / group));
       return;
     }
     case OpKind::Add: {
