@@ -354,23 +354,30 @@ void bind_testing_kernels(nb::module_& m) {
       "Scores q . keys[r] * scale by the table's dot_rows_f32 (keys already float32).");
   m.def(
       "f16_vec_axpy_rows_f32",
-      [](const std::string& isa_name, const Floats1D& y, const Floats1D& w, const Floats2D& values) {
+      [](const std::string& isa_name, const Floats2D& ys, const Floats2D& ws, const Floats2D& values) {
         const cpu::F16VecOps& ops = f16_vec_table(isa_name);
-        const size_t n = y.shape(0);
+        const size_t n_y = ys.shape(0), n = ys.shape(1);
         const size_t rows = values.shape(0);
-        if (values.shape(1) != n || w.shape(0) != rows) {
-          throw InvalidArgument(format_where("testing", "values must be (len(w), len(y))"));
+        if (values.shape(1) != n || ws.shape(0) != n_y || ws.shape(1) != rows) {
+          throw InvalidArgument(format_where("testing", "values must be (rows, n) for ys (k, n) and ws (k, rows)"));
         }
-        OwnedArray<float> out(n);
-        std::copy(y.data(), y.data() + n, out.data);
+        OwnedArray<float> out(n_y * n);
+        std::copy(ys.data(), ys.data() + n_y * n, out.data);
         {
           nb::gil_scoped_release release;
-          ops.axpy_rows_f32(out.data, w.data(), values.data(), n, rows, n);
+          std::vector<float*> y_rows(n_y);
+          std::vector<const float*> w_rows(n_y);
+          for (size_t j = 0; j < n_y; ++j) {
+            y_rows[j] = out.data + j * n;
+            w_rows[j] = ws.data() + j * rows;
+          }
+          ops.axpy_rows_f32(y_rows.data(), w_rows.data(), n_y, values.data(), n, rows, n);
         }
-        return out.release_to_numpy({n});
+        return out.release_to_numpy({n_y, n});
       },
-      nb::arg("isa"), nb::arg("y"), nb::arg("w"), nb::arg("values"),
-      "y + sum_r w[r] * values[r] in ascending r by the table's axpy_rows_f32 (values already float32).");
+      nb::arg("isa"), nb::arg("ys"), nb::arg("ws"), nb::arg("values"),
+      "ys[j] + sum_r ws[j, r] * values[r] in ascending r for every j, by the table's axpy_rows_f32 in one "
+      "call (values already float32).");
   m.def(
       "cpu_rms_norm_rows",
       [](const Floats2D& x, const Floats1D& w, float eps, size_t first, size_t count) {

@@ -73,13 +73,16 @@ def test_the_float32_row_entries_give_the_f16_row_entries_bits(isa, dim):
         from_f32 = t.f16_vec_dot_rows_f32(isa, q, keys_f32, 0.125)
         np.testing.assert_array_equal(from_f32.view(np.uint32), from_f16.view(np.uint32))
 
-        y = rng.standard_normal(dim).astype(np.float32)
-        w = rng.random(n_rows).astype(np.float32)
+        # One to five queries sharing the rows in one call (pairs and an odd one).
         values = f16_rows(rng, n_rows, dim)
         values_f32 = np.ascontiguousarray(values.view(np.float16).astype(np.float32))
-        from_f16 = t.f16_vec_axpy_rows(isa, y, w, values, False)
-        from_f32 = t.f16_vec_axpy_rows_f32(isa, y, w, values_f32)
-        np.testing.assert_array_equal(from_f32.view(np.uint32), from_f16.view(np.uint32))
+        for n_y in (1, 2, 3, 5):
+            ys = rng.standard_normal((n_y, dim)).astype(np.float32)
+            ws = rng.random((n_y, n_rows)).astype(np.float32)
+            from_f32 = t.f16_vec_axpy_rows_f32(isa, ys, ws, values_f32)
+            for j in range(n_y):
+                from_f16 = t.f16_vec_axpy_rows(isa, ys[j], ws[j], values, False)
+                np.testing.assert_array_equal(from_f32[j].view(np.uint32), from_f16.view(np.uint32))
 
 
 def test_a_score_does_not_depend_on_the_rows_beside_it():
@@ -110,7 +113,7 @@ def test_unknown_tables_and_mismatched_shapes_are_typed_errors():
     with pytest.raises(ValueError, match="columns"):
         t.f16_vec_dot_rows_f32("scalar", q, np.zeros((2, 7), np.float32), 1.0)
     with pytest.raises(ValueError, match="values must be"):
-        t.f16_vec_axpy_rows_f32("scalar", q, np.zeros(3, np.float32), np.zeros((2, 8), np.float32))
+        t.f16_vec_axpy_rows_f32("scalar", np.zeros((1, 8), np.float32), np.zeros((1, 3), np.float32), np.zeros((2, 8), np.float32))
 
 
 def softmax64(x):

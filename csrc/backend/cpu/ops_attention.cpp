@@ -13,6 +13,9 @@ namespace {
 // row too few times to repay the stores.
 constexpr size_t kConvertMinQueries = 4;
 
+// Queries over the same positions passed to one axpy_rows_f32 call.
+constexpr size_t kMaxSharedQueries = 4;
+
 // Rows converted at a time: about 16 KB of floats, so a chunk stays in L1
 // while every query of the block reads it; a multiple of 16 rows (the
 // 16-row reductions of the AVX-512 dot_rows).
@@ -91,17 +94,31 @@ void attend_block(const KvPlanes& kv, const AttentionKv& head, const AttentionQu
       if (convert) {
         for (size_t r = 0; r < c_end - c; ++r) ops.to_f32(values + r * kv.v_stride(), converted + r * dv, dv);
       }
-      for (size_t b = 0; b < n_queries; ++b) {
+      for (size_t b = 0; b < n_queries;) {
         const AttentionQuery& query = queries[b];
         const size_t from = std::max(c, query.first);
         const size_t to = std::min(c_end, query.last + 1);
-        if (from >= to) continue;
-        const float* weights = scratch + b * span + (from - lowest);
-        if (convert) {
-          ops.axpy_rows_f32(query.out, weights, converted + (from - c) * dv, dv, to - from, dv);
-        } else {
-          ops.axpy_rows(query.out, weights, values + (from - c) * kv.v_stride(), kv.v_stride(), to - from, dv);
+        if (from >= to) {
+          ++b;
+          continue;
         }
+        if (!convert) {
+          ops.axpy_rows(query.out, scratch + b * span + (from - lowest), values + (from - c) * kv.v_stride(),
+                        kv.v_stride(), to - from, dv);
+          ++b;
+          continue;
+        }
+        // The following queries over the same positions (the other heads
+        // of this row's GQA group) share each value row in one call.
+        float* outs[kMaxSharedQueries];
+        const float* weights[kMaxSharedQueries];
+        size_t n_y = 0;
+        for (; b < n_queries && n_y < kMaxSharedQueries; ++b, ++n_y) {
+          if (std::max(c, queries[b].first) != from || std::min(c_end, queries[b].last + 1) != to) break;
+          outs[n_y] = queries[b].out;
+          weights[n_y] = scratch + b * span + (from - lowest);
+        }
+        ops.axpy_rows_f32(outs, weights, n_y, converted + (from - c) * dv, dv, to - from, dv);
       }
     }
     p = end;

@@ -67,6 +67,11 @@ void axpy_rows_scalar(float* y, const float* w, const T* v, size_t stride, size_
   }
 }
 
+void axpy_rows_f32_scalar(float* const* y, const float* const* w, size_t n_y, const float* v, size_t stride,
+                          size_t rows, size_t n) {
+  for (size_t j = 0; j < n_y; ++j) axpy_rows_scalar(y[j], w[j], v, stride, rows, n);
+}
+
 void softmax_scalar(float* x, size_t n) {
   float max_score = -std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < n; ++i) max_score = x[i] > max_score ? x[i] : max_score;
@@ -100,7 +105,7 @@ const F16VecOps& scalar_f16_vec_ops() {
                              dot_rows_scalar<uint16_t>,
                              axpy_rows_scalar<uint16_t>,
                              dot_rows_scalar<float>,
-                             axpy_rows_scalar<float>,
+                             axpy_rows_f32_scalar,
                              softmax_scalar};
   return ops;
 }

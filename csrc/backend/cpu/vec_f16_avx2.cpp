@@ -204,6 +204,13 @@ void axpy_rows_avx2(float* y, const float* w, const T* v, size_t stride, size_t 
   }
 }
 
+// The queries one after another: eight 8-lane chains per 64 columns already
+// keep both FMA units busy.
+void axpy_rows_f32_avx2(float* const* y, const float* const* w, size_t n_y, const float* v, size_t stride,
+                        size_t rows, size_t n) {
+  for (size_t j = 0; j < n_y; ++j) axpy_rows_avx2(y[j], w[j], v, stride, rows, n);
+}
+
 // exp(x) for x <= 0 (softmax arguments), eight at a time: x = k ln2 + r with
 // |r| <= ln2 / 2 (ln2 split in two so k ln2 is exact), e^r by a degree-7
 // polynomial (Cephes' expf coefficients, error about 1 ulp), times 2^k
@@ -283,7 +290,7 @@ const F16VecOps& avx2_f16_vec_ops() {
                              dot_rows_avx2<uint16_t>,
                              axpy_rows_avx2<uint16_t>,
                              dot_rows_avx2<float>,
-                             axpy_rows_avx2<float>,
+                             axpy_rows_f32_avx2,
                              softmax_avx2};
   return ops;
 }

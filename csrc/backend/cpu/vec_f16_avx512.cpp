@@ -182,7 +182,7 @@ inline void rest_of_axpy_rows(float* y, const float* w, const uint16_t* v, size_
   avx2_f16_vec_ops().axpy_rows(y, w, v, stride, rows, n);
 }
 inline void rest_of_axpy_rows(float* y, const float* w, const float* v, size_t stride, size_t rows, size_t n) {
-  avx2_f16_vec_ops().axpy_rows_f32(y, w, v, stride, rows, n);
+  avx2_f16_vec_ops().axpy_rows_f32(&y, &w, 1, v, stride, rows, n);
 }
 
 // axpy_avx512 row after row, y held in registers across the rows: 128
@@ -209,6 +209,49 @@ void axpy_rows_avx512(float* y, const float* w, const T* v, size_t stride, size_
   if (i < n) rest_of_axpy_rows(y + i, w, v + i, stride, rows, n - i);
 }
 
+// Two queries at a time over 64-column blocks: 2 x 4 sixteen-lane chains
+// (one query's 64-column head has four, half what two FMA units with a
+// 4-cycle latency need). Each column of each query is still one chain of
+// fused multiply-adds in row order, so the bits are axpy_rows_avx2's; the
+// columns after the 64-wide blocks and an odd query go to axpy_rows_avx512.
+void axpy_rows_f32_avx512(float* const* y, const float* const* w, size_t n_y, const float* v, size_t stride,
+                          size_t rows, size_t n) {
+  const size_t wide = n / 64 * 64;
+  size_t j = 0;
+  for (; j + 2 <= n_y && wide != 0; j += 2) {
+    float* ya = y[j];
+    float* yb = y[j + 1];
+    const float* wa = w[j];
+    const float* wb = w[j + 1];
+    for (size_t i = 0; i < wide; i += 64) {
+      __m512 a[4], b[4];
+      for (int c = 0; c < 4; ++c) {
+        a[c] = _mm512_loadu_ps(ya + i + 16 * c);
+        b[c] = _mm512_loadu_ps(yb + i + 16 * c);
+      }
+      const float* row = v + i;
+      for (size_t r = 0; r < rows; ++r, row += stride) {
+        const __m512 fa = _mm512_set1_ps(wa[r]);
+        const __m512 fb = _mm512_set1_ps(wb[r]);
+        for (int c = 0; c < 4; ++c) {
+          const __m512 x = _mm512_loadu_ps(row + 16 * c);
+          a[c] = _mm512_fmadd_ps(fa, x, a[c]);
+          b[c] = _mm512_fmadd_ps(fb, x, b[c]);
+        }
+      }
+      for (int c = 0; c < 4; ++c) {
+        _mm512_storeu_ps(ya + i + 16 * c, a[c]);
+        _mm512_storeu_ps(yb + i + 16 * c, b[c]);
+      }
+    }
+    if (wide < n) {
+      axpy_rows_avx512(ya + wide, wa, v + wide, stride, rows, n - wide);
+      axpy_rows_avx512(yb + wide, wb, v + wide, stride, rows, n - wide);
+    }
+  }
+  for (; j < n_y; ++j) axpy_rows_avx512(y[j], w[j], v, stride, rows, n);
+}
+
 }  // namespace
 
 const F16VecOps& avx512_f16_vec_ops() {
@@ -220,7 +263,7 @@ const F16VecOps& avx512_f16_vec_ops() {
                              dot_rows_avx512<uint16_t>,
                              axpy_rows_avx512<uint16_t>,
                              dot_rows_avx512<float>,
-                             axpy_rows_avx512<float>,
+                             axpy_rows_f32_avx512,
                              avx2_f16_vec_ops().softmax};
   return ops;
 }
