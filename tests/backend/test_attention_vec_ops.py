@@ -182,6 +182,33 @@ def test_the_avx512_weighted_sums_are_the_avx2_bits(isa, dim):
             np.testing.assert_array_equal(wide.view(np.uint32), avx2.view(np.uint32))
 
 
+@pytest.mark.skipif("avx2" not in ISAS or "avx512" not in ISAS, reason="needs the AVX2 and AVX-512 tables")
+def test_the_avx512_softmax_gives_the_avx2_bits():
+    """The AVX-512 table's softmax takes sixteen exponentials at a time but
+    keeps the AVX2 table's eight-lane sum and per-element exp, so the weights
+    are bitwise the AVX2 table's: every length around the 8/16 steps, wide and
+    narrow spreads, zeros of both signs, -inf and NaN scores."""
+    rng = np.random.default_rng(11)
+    for n in list(range(1, 70)) + [127, 128, 129, 255, 511, 512, 513]:
+        for spread in (0.01, 1.0, 30.0, 200.0):
+            x = (rng.standard_normal(n) * spread).astype(np.float32)
+            cases = [x]
+            special = x.copy()
+            special[rng.integers(0, n, max(1, n // 5))] = 0.0
+            special[rng.integers(0, n, max(1, n // 7))] = -0.0
+            if n > 2:
+                special[rng.integers(0, n)] = -np.inf
+            cases.append(special)
+            with_nan = x.copy()
+            with_nan[rng.integers(0, n)] = np.nan
+            cases.append(with_nan)
+            cases.append(np.zeros(n, np.float32) * -1.0)
+            for case in cases:
+                avx2 = t.f16_vec_softmax("avx2", case)
+                wide = t.f16_vec_softmax("avx512", case)
+                np.testing.assert_array_equal(wide.view(np.uint32), avx2.view(np.uint32), err_msg=f"n={n}")
+
+
 @pytest.mark.skipif("avx512" not in ISAS, reason="needs the AVX-512 table")
 def test_sixteen_row_runs_reduce_like_single_rows():
     # dot_rows sums sixteen rows' lanes in one transposed pass (sum16); each

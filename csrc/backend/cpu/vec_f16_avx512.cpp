@@ -9,8 +9,10 @@
 // fixed tree), so scores differ from the AVX2 table's in the last bits, as
 // the exactness contract allows between instruction sets; within this table
 // dot_rows equals to_f32 then dot bit for bit, for any run of rows. The
-// softmax is the AVX2 table's.
+// softmax gives the AVX2 table's bits, sixteen exponentials at a time.
 #include <immintrin.h>
+
+#include <limits>
 
 #include "backend/cpu/vec_f16.h"
 #include "tensor/half_float.h"
@@ -252,6 +254,67 @@ void axpy_rows_f32_avx512(float* const* y, const float* const* w, size_t n_y, co
   for (; j < n_y; ++j) axpy_rows_avx512(y[j], w[j], v, stride, rows, n);
 }
 
+// vec_f16_avx2.cpp's exp_nonpositive on sixteen lanes: the same operations
+// lane by lane (round to nearest, the split ln2, the Cephes polynomial, 2^k
+// in the exponent, 0 below -87.3, NaN kept), so the same bits per element.
+inline __m512 exp_nonpositive16(__m512 x) {
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  const __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_mask_mov_ps(_mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), e), nan, x);
+}
+
+// softmax_avx2's bits, sixteen exponentials at a time. Its sum keeps eight
+// lanes (element i in lane i % 8, added in index order): each sixteen
+// exponentials are added as their low eight, then their high eight, which is
+// the AVX2 loop's two steps; masked-off elements add 0 as its tail does. The
+// maximum is the same value in any order (the sign of a zero maximum can
+// differ, which changes no x - max).
+void softmax_avx512(float* x, size_t n) {
+  if (n == 0) return;
+  const size_t wide = n / 16 * 16;
+  const __mmask16 tail = first_lanes(n - wide);
+  __m512 mv = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  // max_ps(v, m) keeps m when v is NaN: NaN never becomes the maximum.
+  for (size_t i = 0; i < wide; i += 16) mv = _mm512_max_ps(_mm512_loadu_ps(x + i), mv);
+  if (wide < n) mv = _mm512_max_ps(_mm512_mask_loadu_ps(mv, tail, x + wide), mv);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, mv);
+  float max_score = lanes[0];
+  for (int j = 1; j < 16; ++j) max_score = lanes[j] > max_score ? lanes[j] : max_score;
+  const __m512 m = _mm512_set1_ps(max_score);
+  __m256 sum = _mm256_setzero_ps();
+  for (size_t i = 0; i < wide; i += 16) {
+    const __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+    _mm512_storeu_ps(x + i, e);
+    sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+    sum = _mm256_add_ps(sum, _mm512_extractf32x8_ps(e, 1));
+  }
+  if (wide < n) {
+    const __m512 e = _mm512_maskz_mov_ps(tail, exp_nonpositive16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + wide), m)));
+    _mm512_mask_storeu_ps(x + wide, tail, e);
+    sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+    if (n - wide > 8) sum = _mm256_add_ps(sum, _mm512_extractf32x8_ps(e, 1));
+  }
+  _mm256_store_ps(lanes, sum);
+  const float total = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+  const __m512 inv = _mm512_set1_ps(1.0f / total);
+  for (size_t i = 0; i < wide; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+  if (wide < n) _mm512_mask_storeu_ps(x + wide, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + wide), inv));
+}
+
 }  // namespace
 
 const F16VecOps& avx512_f16_vec_ops() {
@@ -264,7 +327,7 @@ const F16VecOps& avx512_f16_vec_ops() {
                              axpy_rows_avx512<uint16_t>,
                              dot_rows_avx512<float>,
                              axpy_rows_f32_avx512,
-                             avx2_f16_vec_ops().softmax};
+                             softmax_avx512};
   return ops;
 }
 
