@@ -20,6 +20,7 @@
 
 #include "backend/cpu/kernel_set.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/ops_norm.h"
 #include "backend/cpu/vec_f16.h"
 #include "bindings/bindings.h"
 #include "bindings/host_arrays.h"
@@ -333,6 +334,69 @@ void bind_testing_kernels(nb::module_& m) {
       },
       nb::arg("isa"), nb::arg("y"), nb::arg("w"), nb::arg("values"), nb::arg("composed"),
       "y + sum_r w[r] * f32(values[r]) in ascending r by the table's axpy_rows, or (composed) to_f32 then axpy per row.");
+  m.def(
+      "f16_vec_dot_rows_f32",
+      [](const std::string& isa_name, const Floats1D& q, const Floats2D& keys, float scale) {
+        const cpu::F16VecOps& ops = f16_vec_table(isa_name);
+        const size_t n = q.shape(0);
+        if (keys.shape(1) != n) {
+          throw InvalidArgument(format_where("testing", "keys must have " + std::to_string(n) + " columns"));
+        }
+        const size_t rows = keys.shape(0);
+        OwnedArray<float> out(rows);
+        {
+          nb::gil_scoped_release release;
+          ops.dot_rows_f32(q.data(), keys.data(), n, rows, n, scale, out.data);
+        }
+        return out.release_to_numpy({rows});
+      },
+      nb::arg("isa"), nb::arg("q"), nb::arg("keys"), nb::arg("scale"),
+      "Scores q . keys[r] * scale by the table's dot_rows_f32 (keys already float32).");
+  m.def(
+      "f16_vec_axpy_rows_f32",
+      [](const std::string& isa_name, const Floats2D& ys, const Floats2D& ws, const Floats2D& values) {
+        const cpu::F16VecOps& ops = f16_vec_table(isa_name);
+        const size_t n_y = ys.shape(0), n = ys.shape(1);
+        const size_t rows = values.shape(0);
+        if (values.shape(1) != n || ws.shape(0) != n_y || ws.shape(1) != rows) {
+          throw InvalidArgument(format_where("testing", "values must be (rows, n) for ys (k, n) and ws (k, rows)"));
+        }
+        OwnedArray<float> out(n_y * n);
+        std::copy(ys.data(), ys.data() + n_y * n, out.data);
+        {
+          nb::gil_scoped_release release;
+          std::vector<float*> y_rows(n_y);
+          std::vector<const float*> w_rows(n_y);
+          for (size_t j = 0; j < n_y; ++j) {
+            y_rows[j] = out.data + j * n;
+            w_rows[j] = ws.data() + j * rows;
+          }
+          ops.axpy_rows_f32(y_rows.data(), w_rows.data(), n_y, values.data(), n, rows, n);
+        }
+        return out.release_to_numpy({n_y, n});
+      },
+      nb::arg("isa"), nb::arg("ys"), nb::arg("ws"), nb::arg("values"),
+      "ys[j] + sum_r ws[j, r] * values[r] in ascending r for every j, by the table's axpy_rows_f32 in one "
+      "call (values already float32).");
+  m.def(
+      "cpu_rms_norm_rows",
+      [](const Floats2D& x, const Floats1D& w, float eps, size_t first, size_t count) {
+        const size_t rows = x.shape(0), n = x.shape(1);
+        if (w.shape(0) != n) throw InvalidArgument(format_where("testing", "w must have one weight per column"));
+        if (first > rows || count > rows - first) {
+          throw InvalidArgument(format_where("testing", "rows [first, first + count) must lie within x"));
+        }
+        OwnedArray<float> out(rows * n);
+        std::fill(out.data, out.data + rows * n, 0.0f);
+        {
+          nb::gil_scoped_release release;
+          cpu::rms_norm_rows(x.data() + first * n, n, w.data(), n, eps, out.data + first * n, n, count);
+        }
+        return out.release_to_numpy({rows, n});
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("eps"), nb::arg("first"), nb::arg("count"),
+      "The CPU backend's RMSNorm (cpu::rms_norm_rows) of rows first..first+count-1 of x in one call; "
+      "other rows of the result are 0.");
   m.def(
       "f16_vec_softmax",
       [](const std::string& isa_name, const Floats1D& x) {

@@ -56,6 +56,35 @@ def test_axpy_rows_equal_to_f32_then_axpy_bit_for_bit(isa, dim):
         np.testing.assert_allclose(batched, expected, rtol=1e-5, atol=1e-5 * n_rows)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dim", DIMS + [192, 200, 264])
+def test_the_float32_row_entries_give_the_f16_row_entries_bits(isa, dim):
+    """attend_block converts a chunk of cache rows once for a block of many
+    queries (prefill) and calls dot_rows_f32 / axpy_rows_f32; a decode row's
+    few queries read the f16 rows through dot_rows / axpy_rows. Both must
+    give the same bits, or a row's logits would depend on how prefill was
+    split. Covers the head sizes held in registers (64, 128) and the rest."""
+    rng = np.random.default_rng(500 + dim)
+    for n_rows in ROW_COUNTS + [32, 48, 65]:
+        q = rng.standard_normal(dim).astype(np.float32)
+        keys = f16_rows(rng, n_rows, dim)
+        keys_f32 = np.ascontiguousarray(keys.view(np.float16).astype(np.float32))
+        from_f16 = t.f16_vec_dot_rows(isa, q, keys, 0.125, False)
+        from_f32 = t.f16_vec_dot_rows_f32(isa, q, keys_f32, 0.125)
+        np.testing.assert_array_equal(from_f32.view(np.uint32), from_f16.view(np.uint32))
+
+        # One to five queries sharing the rows in one call (pairs and an odd one).
+        values = f16_rows(rng, n_rows, dim)
+        values_f32 = np.ascontiguousarray(values.view(np.float16).astype(np.float32))
+        for n_y in (1, 2, 3, 5):
+            ys = rng.standard_normal((n_y, dim)).astype(np.float32)
+            ws = rng.random((n_y, n_rows)).astype(np.float32)
+            from_f32 = t.f16_vec_axpy_rows_f32(isa, ys, ws, values_f32)
+            for j in range(n_y):
+                from_f16 = t.f16_vec_axpy_rows(isa, ys[j], ws[j], values, False)
+                np.testing.assert_array_equal(from_f32[j].view(np.uint32), from_f16.view(np.uint32))
+
+
 def test_a_score_does_not_depend_on_the_rows_beside_it():
     # The same key row at every place of runs of several lengths.
     rng = np.random.default_rng(7)
@@ -81,6 +110,10 @@ def test_unknown_tables_and_mismatched_shapes_are_typed_errors():
         t.f16_vec_axpy_rows("scalar", q, np.zeros(3, np.float32), np.zeros((2, 8), np.uint16), False)
     with pytest.raises(ValueError, match="no attention vector table"):
         t.f16_vec_softmax("no-such-isa", q)
+    with pytest.raises(ValueError, match="columns"):
+        t.f16_vec_dot_rows_f32("scalar", q, np.zeros((2, 7), np.float32), 1.0)
+    with pytest.raises(ValueError, match="values must be"):
+        t.f16_vec_axpy_rows_f32("scalar", np.zeros((1, 8), np.float32), np.zeros((1, 3), np.float32), np.zeros((2, 8), np.float32))
 
 
 def softmax64(x):
@@ -147,6 +180,33 @@ def test_the_avx512_weighted_sums_are_the_avx2_bits(isa, dim):
             avx2 = t.f16_vec_axpy_rows("avx2", y, w, values, composed)
             wide = t.f16_vec_axpy_rows(isa, y, w, values, composed)
             np.testing.assert_array_equal(wide.view(np.uint32), avx2.view(np.uint32))
+
+
+@pytest.mark.skipif("avx2" not in ISAS or "avx512" not in ISAS, reason="needs the AVX2 and AVX-512 tables")
+def test_the_avx512_softmax_gives_the_avx2_bits():
+    """The AVX-512 table's softmax takes sixteen exponentials at a time but
+    keeps the AVX2 table's eight-lane sum and per-element exp, so the weights
+    are bitwise the AVX2 table's: every length around the 8/16 steps, wide and
+    narrow spreads, zeros of both signs, -inf and NaN scores."""
+    rng = np.random.default_rng(11)
+    for n in list(range(1, 70)) + [127, 128, 129, 255, 511, 512, 513]:
+        for spread in (0.01, 1.0, 30.0, 200.0):
+            x = (rng.standard_normal(n) * spread).astype(np.float32)
+            cases = [x]
+            special = x.copy()
+            special[rng.integers(0, n, max(1, n // 5))] = 0.0
+            special[rng.integers(0, n, max(1, n // 7))] = -0.0
+            if n > 2:
+                special[rng.integers(0, n)] = -np.inf
+            cases.append(special)
+            with_nan = x.copy()
+            with_nan[rng.integers(0, n)] = np.nan
+            cases.append(with_nan)
+            cases.append(np.zeros(n, np.float32) * -1.0)
+            for case in cases:
+                avx2 = t.f16_vec_softmax("avx2", case)
+                wide = t.f16_vec_softmax("avx512", case)
+                np.testing.assert_array_equal(wide.view(np.uint32), avx2.view(np.uint32), err_msg=f"n={n}")
 
 
 @pytest.mark.skipif("avx512" not in ISAS, reason="needs the AVX-512 table")

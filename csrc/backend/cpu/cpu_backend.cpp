@@ -389,9 +389,9 @@ void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInpu
       const float* x = f32(op.src[0]);
       float* dst = f32(op.dst);
       const float* w = weights_.vectors[graph.tensor(op.src[1]).weight].data();
-      for (size_t r = first; r < last; ++r) {
-        for (size_t g = 0; g < cols; g += group) rms_norm(x + r * cols + g, w, group, op.p.eps, dst + r * cols + g);
-      }
+      // The rows' groups (cols / group of them per row) lie back to back.
+      rms_norm_rows(x + first * cols, group, w, group, op.p.eps, dst + first * cols, group,
+                    (last - first) * (cols / group));
       return;
     }
     case OpKind::Add: {
@@ -498,8 +498,13 @@ void CpuBackend::run_attention_task(const Op& op, size_t task, size_t stage_inde
   const size_t group = p.n_head / p.n_head_kv;
   const size_t q_width = p.n_head * p.head_dim_k;
   const size_t attn_width = p.n_head * p.head_dim_v;
-  const AttentionBlock& block = blocks_[task / tasks_per_block];
-  const size_t first_head = (task % tasks_per_block) * heads_per_task;
+  // Tasks are claimed in index order; the last blocks of a sequence read the
+  // most positions, so they go first and the stage ends on short tasks (a
+  // prefill's blocks grow linearly; claimed oldest first, the last round
+  // left threads idle for up to one long task).
+  const size_t order = stage_tasks_[stage_index] - 1 - task;
+  const AttentionBlock& block = blocks_[order / tasks_per_block];
+  const size_t first_head = (order % tasks_per_block) * heads_per_task;
   AttentionKv head;
   head.head_dim_k = p.head_dim_k;
   head.head_dim_v = p.head_dim_v;

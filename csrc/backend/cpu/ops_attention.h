@@ -2,7 +2,9 @@
 // heads that read the same KV head (several rows of one segment, and the
 // query heads of one GQA group). Keys and values are converted from f16 in
 // registers as they are read (F16VecOps::dot_rows / axpy_rows), a run of
-// adjacent cache rows per call.
+// adjacent cache rows per call; a block of many queries (prefill) converts
+// each chunk of rows once into scratch and reads the floats (the *_f32
+// entries, the same bits).
 #pragma once
 
 #include <cstddef>

@@ -40,25 +40,36 @@ void axpy_scalar(float* y, float a, const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-// dot_scalar's sums with y converted element by element.
-void dot_rows_scalar(const float* q, const uint16_t* k, size_t stride, size_t rows, size_t n, float scale,
+inline float value(uint16_t x) { return fp16_to_fp32(x); }
+inline float value(float x) { return x; }
+
+// dot_scalar's sums with y converted element by element (T = uint16_t) or
+// already converted (T = float): the same values, so the same bits.
+template <typename T>
+void dot_rows_scalar(const float* q, const T* k, size_t stride, size_t rows, size_t n, float scale,
                      float* scores) {
   for (size_t r = 0; r < rows; ++r, k += stride) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      for (size_t j = 0; j < 8; ++j) acc[j] += q[i + j] * fp16_to_fp32(k[i + j]);
+      for (size_t j = 0; j < 8; ++j) acc[j] += q[i + j] * value(k[i + j]);
     }
-    for (size_t j = 0; i < n; ++i, ++j) acc[j] += q[i] * fp16_to_fp32(k[i]);
+    for (size_t j = 0; i < n; ++i, ++j) acc[j] += q[i] * value(k[i]);
     scores[r] = (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) * scale;
   }
 }
 
-void axpy_rows_scalar(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n) {
+template <typename T>
+void axpy_rows_scalar(float* y, const float* w, const T* v, size_t stride, size_t rows, size_t n) {
   for (size_t r = 0; r < rows; ++r, v += stride) {
     const float a = w[r];
-    for (size_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(v[i]);
+    for (size_t i = 0; i < n; ++i) y[i] += a * value(v[i]);
   }
+}
+
+void axpy_rows_f32_scalar(float* const* y, const float* const* w, size_t n_y, const float* v, size_t stride,
+                          size_t rows, size_t n) {
+  for (size_t j = 0; j < n_y; ++j) axpy_rows_scalar(y[j], w[j], v, stride, rows, n);
 }
 
 void softmax_scalar(float* x, size_t n) {
@@ -86,8 +97,16 @@ std::vector<const F16VecOps*> supported_f16_vec_ops() {
 }
 
 const F16VecOps& scalar_f16_vec_ops() {
-  static const F16VecOps ops{"scalar",    to_f32_scalar,   to_f16_scalar,    dot_scalar,
-                             axpy_scalar, dot_rows_scalar, axpy_rows_scalar, softmax_scalar};
+  static const F16VecOps ops{"scalar",
+                             to_f32_scalar,
+                             to_f16_scalar,
+                             dot_scalar,
+                             axpy_scalar,
+                             dot_rows_scalar<uint16_t>,
+                             axpy_rows_scalar<uint16_t>,
+                             dot_rows_scalar<float>,
+                             axpy_rows_f32_scalar,
+                             softmax_scalar};
   return ops;
 }
 

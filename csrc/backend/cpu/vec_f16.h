@@ -28,6 +28,17 @@ struct F16VecOps {
   // axpy(y, w[r], f32(v + r * stride), n) for r = 0, 1, ..., rows - 1 in
   // turn, bitwise, with y held in registers across the rows.
   void (*axpy_rows)(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n);
+  // dot_rows and axpy_rows over rows already converted to float32 (to_f32):
+  // the same bits. Attention converts a chunk of cache rows once when many
+  // queries read it (a prefill block) instead of once per query; the
+  // conversion is as much work as the multiply-adds on 512-bit units.
+  void (*dot_rows_f32)(const float* q, const float* k, size_t stride, size_t rows, size_t n, float scale,
+                       float* scores);
+  // For each j < n_y: axpy_rows(y[j], w[j], v rows) bitwise, the n_y
+  // queries sharing each row as it is read (more independent chains where
+  // one query's columns are too few to hide the multiply-add latency).
+  void (*axpy_rows_f32)(float* const* y, const float* const* w, size_t n_y, const float* v, size_t stride,
+                        size_t rows, size_t n);
   // x = softmax(x) in place: exp(x[i] - max) / sum, the sum in an order
   // fixed by n (and the instruction set). NaN stays NaN.
   void (*softmax)(float* x, size_t n);

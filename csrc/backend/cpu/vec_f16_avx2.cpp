@@ -60,18 +60,45 @@ inline __m256 load_f16x8(const uint16_t* x) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
 }
 
+// Eight values of a cache row: f16 converted in registers, or float32
+// already converted (dot_rows_f32 / axpy_rows_f32). Exact either way, so the
+// two instantiations of each function below give the same bits.
+inline __m256 load8(const uint16_t* x) { return load_f16x8(x); }
+inline __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
+inline float value(uint16_t x) { return fp16_to_fp32(x); }
+inline float value(float x) { return x; }
+
 // dot_avx2's sum for one key row, before its eight lanes are combined.
-inline __m256 dot_f16_lanes(const float* q, const uint16_t* k, size_t n) {
+template <typename T>
+inline __m256 dot_row_lanes(const float* q, const T* k, size_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16x8(k + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load_f16x8(k + i + 8), a1);
-    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), load_f16x8(k + i + 16), a2);
-    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), load_f16x8(k + i + 24), a3);
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), load8(k + i + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), load8(k + i + 24), a3);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16x8(k + i), a0);
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), a0);
+  return _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+}
+
+// dot_row_lanes for n = 8 * B known at compile time, q's eight-float
+// blocks held in registers across the rows (two loads per multiply-add
+// otherwise): the same fused multiply-adds in the same order.
+template <size_t B, typename T>
+inline __m256 dot_row_lanes_fixed(const __m256* qv, const T* k) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  size_t j = 0;
+  for (; j + 4 <= B; j += 4) {
+    a0 = _mm256_fmadd_ps(qv[j], load8(k + 8 * j), a0);
+    a1 = _mm256_fmadd_ps(qv[j + 1], load8(k + 8 * j + 8), a1);
+    a2 = _mm256_fmadd_ps(qv[j + 2], load8(k + 8 * j + 16), a2);
+    a3 = _mm256_fmadd_ps(qv[j + 3], load8(k + 8 * j + 24), a3);
+  }
+  for (; j < B; ++j) a0 = _mm256_fmadd_ps(qv[j], load8(k + 8 * j), a0);
   return _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
 }
 
@@ -80,8 +107,10 @@ inline __m256 dot_f16_lanes(const float* q, const uint16_t* k, size_t n) {
 // multiple of 8 (no scalar tail), eight rows at a time combine their lanes
 // in one transposed pass: row r's sum is still
 // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) of its own lanes.
-void dot_rows_avx2(const float* q, const uint16_t* k, size_t stride, size_t rows, size_t n, float scale,
-                   float* scores) {
+// `lanes(row)` is dot_row_lanes of q and that row.
+template <typename T, typename Lanes>
+inline void dot_rows_with(const float* q, const T* k, size_t stride, size_t rows, size_t n, float scale,
+                          float* scores, Lanes lanes) {
   size_t r = 0;
   if (n % 8 == 0) {
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -90,8 +119,8 @@ void dot_rows_avx2(const float* q, const uint16_t* k, size_t stride, size_t rows
     for (; r + 8 <= rows; r += 8, k += 8 * stride) {
       __m256 s[4];
       for (int p = 0; p < 4; ++p) {
-        const __m256 x = dot_f16_lanes(q, k + (2 * p) * stride, n);
-        const __m256 y = dot_f16_lanes(q, k + (2 * p + 1) * stride, n);
+        const __m256 x = lanes(k + (2 * p) * stride);
+        const __m256 y = lanes(k + (2 * p + 1) * stride);
         // (x: l0+l4, l1+l5, l2+l6, l3+l7 | y: the same)
         s[p] = _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
       }
@@ -106,36 +135,49 @@ void dot_rows_avx2(const float* q, const uint16_t* k, size_t stride, size_t rows
     }
   }
   for (; r < rows; ++r, k += stride) {
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, dot_f16_lanes(q, k, n));
+    alignas(32) float lanes8[8];
+    _mm256_store_ps(lanes8, lanes(k));
     for (size_t i = n / 8 * 8, j = 0; i < n; ++i, ++j) {
-      const float key = fp16_to_fp32(k[i]);
-      lanes[j] += q[i] * key;
+      const float key = value(k[i]);
+      lanes8[j] += q[i] * key;
     }
-    scores[r] = (((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))) *
-                scale;
+    scores[r] =
+        (((lanes8[0] + lanes8[4]) + (lanes8[2] + lanes8[6])) + ((lanes8[1] + lanes8[5]) + (lanes8[3] + lanes8[7]))) *
+        scale;
   }
 }
 
+template <typename T>
+void dot_rows_avx2(const float* q, const T* k, size_t stride, size_t rows, size_t n, float scale, float* scores) {
+  if (n == 64) {  // the common head size: q fits in eight registers
+    __m256 qv[8];
+    for (int j = 0; j < 8; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
+    dot_rows_with(q, k, stride, rows, n, scale, scores, [&qv](const T* row) { return dot_row_lanes_fixed<8>(qv, row); });
+    return;
+  }
+  dot_rows_with(q, k, stride, rows, n, scale, scores, [q, n](const T* row) { return dot_row_lanes(q, row, n); });
+}
+
 // axpy_avx2 row after row; 64 columns of y stay in registers over all rows.
-void axpy_rows_avx2(float* y, const float* w, const uint16_t* v, size_t stride, size_t rows, size_t n) {
+template <typename T>
+void axpy_rows_avx2(float* y, const float* w, const T* v, size_t stride, size_t rows, size_t n) {
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
     __m256 y2 = _mm256_loadu_ps(y + i + 16), y3 = _mm256_loadu_ps(y + i + 24);
     __m256 y4 = _mm256_loadu_ps(y + i + 32), y5 = _mm256_loadu_ps(y + i + 40);
     __m256 y6 = _mm256_loadu_ps(y + i + 48), y7 = _mm256_loadu_ps(y + i + 56);
-    const uint16_t* row = v + i;
+    const T* row = v + i;
     for (size_t r = 0; r < rows; ++r, row += stride) {
       const __m256 a = _mm256_set1_ps(w[r]);
-      y0 = _mm256_fmadd_ps(a, load_f16x8(row), y0);
-      y1 = _mm256_fmadd_ps(a, load_f16x8(row + 8), y1);
-      y2 = _mm256_fmadd_ps(a, load_f16x8(row + 16), y2);
-      y3 = _mm256_fmadd_ps(a, load_f16x8(row + 24), y3);
-      y4 = _mm256_fmadd_ps(a, load_f16x8(row + 32), y4);
-      y5 = _mm256_fmadd_ps(a, load_f16x8(row + 40), y5);
-      y6 = _mm256_fmadd_ps(a, load_f16x8(row + 48), y6);
-      y7 = _mm256_fmadd_ps(a, load_f16x8(row + 56), y7);
+      y0 = _mm256_fmadd_ps(a, load8(row), y0);
+      y1 = _mm256_fmadd_ps(a, load8(row + 8), y1);
+      y2 = _mm256_fmadd_ps(a, load8(row + 16), y2);
+      y3 = _mm256_fmadd_ps(a, load8(row + 24), y3);
+      y4 = _mm256_fmadd_ps(a, load8(row + 32), y4);
+      y5 = _mm256_fmadd_ps(a, load8(row + 40), y5);
+      y6 = _mm256_fmadd_ps(a, load8(row + 48), y6);
+      y7 = _mm256_fmadd_ps(a, load8(row + 56), y7);
     }
     _mm256_storeu_ps(y + i, y0);
     _mm256_storeu_ps(y + i + 8, y1);
@@ -148,18 +190,25 @@ void axpy_rows_avx2(float* y, const float* w, const uint16_t* v, size_t stride, 
   }
   for (; i + 8 <= n; i += 8) {
     __m256 acc = _mm256_loadu_ps(y + i);
-    const uint16_t* row = v + i;
+    const T* row = v + i;
     for (size_t r = 0; r < rows; ++r, row += stride) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(w[r]), load_f16x8(row), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(w[r]), load8(row), acc);
     }
     _mm256_storeu_ps(y + i, acc);
   }
   for (; i < n; ++i) {
     for (size_t r = 0; r < rows; ++r) {
-      const float value = fp16_to_fp32(v[r * stride + i]);
-      y[i] += w[r] * value;
+      const float x = value(v[r * stride + i]);
+      y[i] += w[r] * x;
     }
   }
+}
+
+// The queries one after another: eight 8-lane chains per 64 columns already
+// keep both FMA units busy.
+void axpy_rows_f32_avx2(float* const* y, const float* const* w, size_t n_y, const float* v, size_t stride,
+                        size_t rows, size_t n) {
+  for (size_t j = 0; j < n_y; ++j) axpy_rows_avx2(y[j], w[j], v, stride, rows, n);
 }
 
 // exp(x) for x <= 0 (softmax arguments), eight at a time: x = k ln2 + r with
@@ -233,8 +282,16 @@ void softmax_avx2(float* x, size_t n) {
 }  // namespace
 
 const F16VecOps& avx2_f16_vec_ops() {
-  static const F16VecOps ops{"avx2",    to_f32_avx2,   to_f16_avx2,   dot_avx2,
-                             axpy_avx2, dot_rows_avx2, axpy_rows_avx2, softmax_avx2};
+  static const F16VecOps ops{"avx2",
+                             to_f32_avx2,
+                             to_f16_avx2,
+                             dot_avx2,
+                             axpy_avx2,
+                             dot_rows_avx2<uint16_t>,
+                             axpy_rows_avx2<uint16_t>,
+                             dot_rows_avx2<float>,
+                             axpy_rows_f32_avx2,
+                             softmax_avx2};
   return ops;
 }
 
