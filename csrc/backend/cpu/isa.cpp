@@ -115,7 +115,14 @@ bool is_amd() {
 // 17.7 at 4 and 8.0 to 7.0 at 16 (Q4_K 96.0 to 67.4 at 1 thread, level at 4
 // and 16); on the AMD EPYC guest one stream read a 148 MB pack ~30% faster
 // than four.
-size_t default_gemv_streams() { return is_amd() ? 1 : kMaxGemvStreams; }
+//
+// Asked once: gemv_streams() is read by every decode-sized matmul task, and
+// CPUID in a virtual machine traps to the hypervisor (on the 2-core EPYC
+// guest a CPUID per task was 40% of smollm2's single-row decode).
+size_t default_gemv_streams() {
+  static const size_t streams = is_amd() ? 1 : kMaxGemvStreams;
+  return streams;
+}
 
 std::atomic<size_t> gemv_streams_override{0};
 
