@@ -50,7 +50,7 @@ def run_peer(peer_python: str, cases: list[dict], min_seconds: float) -> list[di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--types", default=",".join(DEFAULT_TYPES))
-    parser.add_argument("--isas", default="best", help="comma list of scalar/avx2/avx512/avx512vnni/neon/neon_dotprod/neon_i8mm/best, or 'all'")
+    parser.add_argument("--isas", default="best", help="comma list of scalar/avx2/avx512/avx512vnni/avx512amx/neon/neon_dotprod/neon_i8mm/best, or 'all'")
     parser.add_argument("--rows", default="1,4,128")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--shapes", default=",".join(f"{a}x{b}" for a, b in SHAPES))

@@ -194,7 +194,7 @@ void bind_testing_kernels(nb::module_& m) {
       "quantize_activation",
       [](const std::string& format_name, const Floats1D& x, const std::string& isa_name) {
         const ActivationFormat format = parse_activation_format(format_name);
-        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        const cpu::KernelSet& kernels = cpu::testing_kernel_set(isa_name.c_str());
         const size_t n = x.shape(0);
         if (n == 0 || n % activation_block_elems(format) != 0) {
           throw InvalidArgument(format_where(
@@ -217,7 +217,7 @@ void bind_testing_kernels(nb::module_& m) {
       "vec_dot",
       [](uint32_t type_id, const Bytes1D& raw_w, const Floats1D& x, const std::string& isa_name) {
         const DTypeInfo& info = require_dtype(type_id);
-        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        const cpu::KernelSet& kernels = cpu::testing_kernel_set(isa_name.c_str());
         if (kernels.tile[type_id] == nullptr) {
           throw InvalidArgument(format_where("testing", std::string("no ") + isa_name + " kernel for " + info.name));
         }
@@ -242,7 +242,7 @@ void bind_testing_kernels(nb::module_& m) {
       [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, const Floats2D& x,
          int threads, const std::string& isa_name, bool packed, size_t plan_threads, bool split_rows) {
         const DTypeInfo& info = require_dtype(type_id);
-        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        const cpu::KernelSet& kernels = cpu::testing_kernel_set(isa_name.c_str());
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
         if (x.shape(1) != ne0) {
           throw InvalidArgument(format_where("testing", "x must have " + std::to_string(ne0) +
@@ -352,7 +352,7 @@ void bind_testing_kernels(nb::module_& m) {
       "has_packed_layout",
       [](uint32_t type_id, const std::string& isa_name) {
         const DTypeInfo& info = require_dtype(type_id);
-        return cpu::has_packed_layout(cpu::kernel_set(cpu::parse_isa(isa_name.c_str())), info.type);
+        return cpu::has_packed_layout(cpu::testing_kernel_set(isa_name.c_str()), info.type);
       },
       nb::arg("type_id"), nb::arg("isa") = "best",
       "Whether the kernel table of `isa` repacks weights of `type_id` at load.");
@@ -362,7 +362,7 @@ void bind_testing_kernels(nb::module_& m) {
       [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, size_t n_rows, size_t threads,
          const std::string& isa_name, bool packed) {
         const DTypeInfo& info = require_dtype(type_id);
-        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        const cpu::KernelSet& kernels = cpu::testing_kernel_set(isa_name.c_str());
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
         const TensorInfo w = make_tensor(info, src, ne0, ne1);
         ThreadPool pool(1);
@@ -388,7 +388,7 @@ void bind_testing_kernels(nb::module_& m) {
          int threads, const std::string& isa_name, int repeats, bool packed, size_t plan_threads,
          bool split_rows) {
         const DTypeInfo& info = require_dtype(type_id);
-        const cpu::KernelSet& kernels = cpu::kernel_set(cpu::parse_isa(isa_name.c_str()));
+        const cpu::KernelSet& kernels = cpu::testing_kernel_set(isa_name.c_str());
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
         if (x.shape(1) != ne0) {
           throw InvalidArgument(format_where("testing", "x must have " + std::to_string(ne0) +

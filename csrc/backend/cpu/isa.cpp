@@ -1,11 +1,14 @@
 // Run-time instruction-set detection and the choice of kernel table. The
 // library is compiled for baseline x86-64 (or arm64); only the files named
-// *_avx2.cpp / *_avx512.cpp / *_avx512vnni.cpp (x86) and *_dotprod_neon.cpp /
+// *_avx2.cpp / *_avx512.cpp / *_avx512vnni.cpp / *_avx512amx.cpp (x86) and *_dotprod_neon.cpp /
 // *_i8mm_neon.cpp (arm64) use wider instructions, and they are reached only
 // through the tables returned here after the CPU said it runs them.
 // Detection runs once (function-local statics); the tables are constant
 // data, so nothing here changes after first use.
 #include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -15,6 +18,11 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define MUSER_X86_DISPATCH 1
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
 #else
 #define MUSER_X86_DISPATCH 0
 #endif
@@ -37,6 +45,7 @@ struct CpuFeatures {
   bool avx2 = false;
   bool avx512 = false;
   bool avx512vnni = false;
+  bool amx = false;
   bool neon = false;
   bool dotprod = false;
   bool i8mm = false;
@@ -47,6 +56,49 @@ bool sysctl_flag(const char* name) {
   int value = 0;
   size_t size = sizeof value;
   return sysctlbyname(name, &value, &size, nullptr, 0) == 0 && value != 0;
+}
+#endif
+
+#if MUSER_X86_DISPATCH && defined(__linux__)
+// Whether this process may use the AMX int8 tiles. The CPU must report
+// AMX-TILE and AMX-INT8 (CPUID 7.0 EDX bits 24, 25) and the OS must manage
+// the tile state (XCR0 bits 17, 18); then the kernel must grant the process
+// that state (Linux 5.16+: arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA), and a tile instruction must run: some virtual machines
+// pass all of that and still fault (llama.cpp died with SIGILL on tilezero on
+// such a guest), so a child process tries one first, and only a clean exit
+// lets the kernels use AMX. MUSER_CPU_AMX=0 in the environment turns AMX off.
+bool amx_usable(bool avx512vnni) {
+  if (!avx512vnni) return false;
+  if (const char* off = std::getenv("MUSER_CPU_AMX"); off != nullptr && std::strcmp(off, "0") == 0) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  if ((xcr0_low & (3u << 17)) != (3u << 17)) return false;
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  // A bare clone (fork without the atfork handlers other libraries in the
+  // process registered): the child only runs the tiles and exits.
+  const long child = syscall(SYS_clone, static_cast<long>(SIGCHLD), 0L, 0L, 0L, 0L);
+  if (child < 0) return false;
+  if (child == 0) {
+    // A fault must end the child quietly: handlers the process installed
+    // (Python's faulthandler) would print a crash report for it.
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    sigaction(SIGILL, &default_action, nullptr);
+    amx_tiles_run();
+    syscall(SYS_exit_group, 0L);
+  }
+  int status = 0;
+  while (waitpid(static_cast<pid_t>(child), &status, 0) < 0) {
+    if (errno != EINTR) return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 #endif
 
@@ -64,6 +116,9 @@ CpuFeatures detect_features() {
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+#if defined(__linux__)
+  f.amx = amx_usable(f.avx512vnni);
+#endif
 #endif
 #if MUSER_ARM64_DISPATCH
   f.neon = true;  // Advanced SIMD is part of the arm64 base architecture
@@ -155,6 +210,7 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
     case Isa::Avx512Vnni: return "avx512vnni";
+    case Isa::Avx512Amx: return "avx512amx";
     case Isa::Neon: return "neon";
     case Isa::NeonDotprod: return "neon_dotprod";
     case Isa::NeonI8mm: return "neon_i8mm";
@@ -168,6 +224,7 @@ bool isa_supported(Isa isa) {
     case Isa::Avx2: return features().avx2;
     case Isa::Avx512: return features().avx512;
     case Isa::Avx512Vnni: return features().avx512vnni;
+    case Isa::Avx512Amx: return features().amx;
     case Isa::Neon: return features().neon;
     case Isa::NeonDotprod: return features().dotprod;
     case Isa::NeonI8mm: return features().i8mm;
@@ -200,6 +257,7 @@ const KernelSet& kernel_set(Isa isa) {
     case Isa::Avx2: return avx2_kernel_set();
     case Isa::Avx512: return avx512_kernel_set();
     case Isa::Avx512Vnni: return avx512vnni_kernel_set();
+    case Isa::Avx512Amx: return avx512amx_kernel_set();
 #endif
 #if MUSER_ARM64_DISPATCH
     case Isa::Neon: return neon_kernel_set();
@@ -225,7 +283,7 @@ Isa parse_isa(const char* name) {
     }
     if (!known) {
       throw InvalidArgument(format_where(
-          "cpu", std::string("unknown instruction set: expected scalar, avx2, avx512, avx512vnni, neon, "
+          "cpu", std::string("unknown instruction set: expected scalar, avx2, avx512, avx512vnni, avx512amx, neon, "
                              "neon_dotprod, neon_i8mm or best, got '") +
                      name + "'"));
     }
@@ -235,6 +293,16 @@ Isa parse_isa(const char* name) {
         "cpu", std::string("instruction set '") + name + "' is not supported by this CPU"));
   }
   return isa;
+}
+
+const KernelSet& testing_kernel_set(const char* name) {
+  if (std::strcmp(name, "avx512amx_emulated") == 0) {
+#if MUSER_X86_DISPATCH
+    if (isa_supported(Isa::Avx512Vnni)) return avx512amx_emulated_kernel_set();
+#endif
+    throw InvalidArgument(format_where("cpu", "the emulated AMX table needs AVX-512 VNNI, which this CPU lacks"));
+  }
+  return kernel_set(parse_isa(name));
 }
 
 }  // namespace muser::cpu

@@ -13,13 +13,14 @@
 namespace muser::cpu {
 
 // x86-64: Avx512 means F/BW/VL/DQ; Avx512Vnni adds the VNNI int8 dot
-// product. arm64: Neon is the baseline Advanced SIMD every arm64 CPU has;
+// product; Avx512Amx adds the AMX int8 tiles (usable only once the kernel
+// grants the process their state: isa.cpp asks, then tries them). arm64: Neon is the baseline Advanced SIMD every arm64 CPU has;
 // NeonDotprod adds SDOT (FEAT_DotProd), NeonI8mm adds SMMLA (FEAT_I8MM).
-enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni, Neon, NeonDotprod, NeonI8mm };
+enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni, Avx512Amx, Neon, NeonDotprod, NeonI8mm };
 
 // Every instruction set, slowest first within each architecture.
-constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2,       Isa::Avx512,  Isa::Avx512Vnni,
-                            Isa::Neon,   Isa::NeonDotprod, Isa::NeonI8mm};
+constexpr Isa kAllIsas[] = {Isa::Scalar,    Isa::Avx2, Isa::Avx512,      Isa::Avx512Vnni,
+                            Isa::Avx512Amx, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm};
 
 // Computes a tile of weight-row x activation-row dot products:
 //
@@ -127,6 +128,14 @@ const KernelSet& scalar_kernel_set();
 const KernelSet& avx2_kernel_set();
 const KernelSet& avx512_kernel_set();
 const KernelSet& avx512vnni_kernel_set();
+const KernelSet& avx512amx_kernel_set();
+// Tests only: the AMX table with its tile instructions done in plain C++, so
+// its data movement and float steps run (and are checked) on CPUs without
+// AMX. Needs AVX-512 VNNI.
+const KernelSet& avx512amx_emulated_kernel_set();
+// Configures, zeroes and releases one tile (isa.cpp runs it in a child
+// process to see that the CPU really executes AMX before choosing it).
+bool amx_tiles_run();
 const KernelSet& neon_kernel_set();
 const KernelSet& neon_dotprod_kernel_set();
 const KernelSet& neon_i8mm_kernel_set();
@@ -138,9 +147,12 @@ bool isa_supported(Isa isa);
 Isa best_isa();
 // The table for `isa`; throws InvalidArgument when this CPU cannot run it.
 const KernelSet& kernel_set(Isa isa);
-// Parses "scalar" / "avx2" / "avx512" / "avx512vnni" / "neon" / "neon_dotprod" /
+// Parses "scalar" / "avx2" / "avx512" / "avx512vnni" / "avx512amx" / "neon" / "neon_dotprod" /
 // "neon_i8mm" / "best" (an isa_name or "best"); throws InvalidArgument for
 // other names and for instruction sets this CPU cannot run.
 Isa parse_isa(const char* name);
+// Tests: the table parse_isa(name) names, or for "avx512amx_emulated" the
+// emulated AMX table (on CPUs with AVX-512 VNNI; InvalidArgument elsewhere).
+const KernelSet& testing_kernel_set(const char* name);
 
 }  // namespace muser::cpu
