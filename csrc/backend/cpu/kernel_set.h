@@ -14,8 +14,9 @@ namespace muser::cpu {
 
 // x86-64: Avx512 means F/BW/VL/DQ; Avx512Vnni adds the VNNI int8 dot
 // product; Avx512Amx adds the AMX int8 tiles (usable only once the kernel
-// grants the process their state: isa.cpp asks, then tries them). arm64: Neon is the baseline Advanced SIMD every arm64 CPU has;
-// NeonDotprod adds SDOT (FEAT_DotProd), NeonI8mm adds SMMLA (FEAT_I8MM).
+// grants the process their state: isa.cpp asks, then tries them). arm64:
+// Neon is the baseline Advanced SIMD every arm64 CPU has; NeonDotprod adds
+// SDOT (FEAT_DotProd), NeonI8mm adds SMMLA (FEAT_I8MM).
 enum class Isa : uint32_t { Scalar, Avx2, Avx512, Avx512Vnni, Avx512Amx, Neon, NeonDotprod, NeonI8mm };
 
 // Every instruction set, slowest first within each architecture.
@@ -135,7 +136,7 @@ const KernelSet& avx512amx_kernel_set();
 const KernelSet& avx512amx_emulated_kernel_set();
 // Configures, zeroes and releases one tile (isa.cpp runs it in a child
 // process to see that the CPU really executes AMX before choosing it).
-bool amx_tiles_run();
+void amx_tiles_run();
 const KernelSet& neon_kernel_set();
 const KernelSet& neon_dotprod_kernel_set();
 const KernelSet& neon_i8mm_kernel_set();

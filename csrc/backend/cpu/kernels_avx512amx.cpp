@@ -8,14 +8,16 @@
 // Why the results are the VNNI table's bit for bit. The packed layout keeps,
 // per 32-element block, chunk k of sixteen weight rows in one 64-byte line
 // (row i's 4 quant bytes at 4i): that line is row k of an AMX B tile
-// (K/4 rows of N x 4 bytes), so a block of a group is an 8 x 64 B tile as
-// stored (Q8_0) or once its nibbles are split (Q4 / Q5). Sixteen activation
-// rows' 32 quant bytes of the same block make the A tile (16 x 32 B, the row
-// stride in memory). TDPBSUD (signed activation bytes times unsigned weight
-// bytes) leaves in C, for every (activation row, weight row), the block's
-// integer dot product without the weights' offset; integer sums are exact in
-// any order, so adding kOffset * sum(a) gives the VNNI kernel's integer. The
-// float steps that follow are the VNNI kernel's (and the scalar reference's):
+// (K/4 rows of N x 4 bytes), so a block of a group is an 8 x 64 B tile once
+// its quants are unpacked. Sixteen activation rows' 32 quant bytes of the
+// same block make the A tile (16 x 32 B, the row stride in memory). The
+// kernel makes each block of a run of groups into a signed B tile once per
+// call and pass (the quants plus the type's offset: q - 8, q - 16, or Q8_0's
+// stored q + 128 back to q), so TDPBSSD leaves in C, for every (activation
+// row, weight row), the block's integer dot product itself. Integer sums are
+// exact in any order, so that is the VNNI kernel's integer (which adds
+// kOffset * sum(a) instead). The float steps that follow are the VNNI
+// kernel's (and the scalar reference's):
 //   sum += float(sumi) * (d_w * d_a)              [+ m_w * s_a for Q4_1 / Q5_1]
 // in block order from +0, one accumulator per (activation row, weight row).
 //
@@ -44,7 +46,7 @@ namespace {
 constexpr size_t kTileRows = 16;  // activation rows per A tile (and C rows)
 
 // The tile registers the kernel uses: C0/C1 (16 x 16 int32), A0/A1 (16 x 32
-// int8), B0/B1 (8 x 64 uint8), two of each so consecutive blocks overlap.
+// int8), B0/B1 (8 x 64 int8), two of each so consecutive blocks overlap.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -215,11 +217,9 @@ static void amx_packed_tile(size_t n, const uint8_t* packed, size_t n_w_rows, co
           const uint8_t* rows = act + r0 * act_row_bytes;
           for (size_t r = 0; r < kTileRows; ++r) extra[r] = packed_act_extras<P>(rows + r * act_row_bytes, nb);
           for (size_t g = g0; g < g1; ++g) {
-            const size_t left = n_w_rows - g * kPackedRows;
-            const __mmask16 lanes = left >= kPackedRows ? static_cast<__mmask16>(0xffff)
-                                                        : static_cast<__mmask16>((1u << left) - 1);
             tile_group<P>(tiles, b0, b1, packed + g * group_bytes, scratch + (g - g0) * pass_tile_bytes, rows,
-                          act_row_bytes, extra, y + r0 * y_stride + g * kPackedRows, y_stride, lanes);
+                          act_row_bytes, extra, y + r0 * y_stride + g * kPackedRows, y_stride,
+                          group_lanes(n_w_rows - g * kPackedRows));
           }
         }
       }
@@ -256,12 +256,11 @@ constexpr KernelSet kEmulatedSet = make_avx512amx_set<EmulatedTiles>();
 const KernelSet& avx512amx_kernel_set() { return kSet; }
 const KernelSet& avx512amx_emulated_kernel_set() { return kEmulatedSet; }
 
-bool amx_tiles_run() {
+void amx_tiles_run() {
   // One configure / zero / release: what a CPU whose tile state the kernel
   // refuses faults on (SIGILL), run by isa.cpp in a child process.
   HardwareTiles tiles;
   _tile_zero(0);
-  return true;
 }
 
 }  // namespace muser::cpu
