@@ -117,6 +117,14 @@ TensorInfo make_tensor(const DTypeInfo& info, const OwnedArray<uint8_t>& bytes, 
   return t;
 }
 
+// The weight repacked as the engine does at load, when `packed` asks for it
+// and the table has a packed layout for its type; null otherwise.
+std::unique_ptr<cpu::PackedWeight> pack_if_asked(bool packed, const TensorInfo& w, const cpu::KernelSet& kernels,
+                                                 ThreadPool& pool) {
+  if (!packed || !cpu::has_packed_layout(kernels, w.type)) return nullptr;
+  return std::make_unique<cpu::PackedWeight>(w, kernels, pool);
+}
+
 // cpu::matmul with the split planned for plan_threads threads (0: the
 // pool's) and, unless split_rows, with every task over all rows.
 void run_planned(const TensorInfo& w, const cpu::KernelSet& kernels, const cpu::PackedWeight* pack,
@@ -255,12 +263,8 @@ void bind_testing_kernels(nb::module_& m) {
         {
           nb::gil_scoped_release release;
           ThreadPool pool(threads);
-          if (packed && cpu::has_packed_layout(kernels, info.type)) {
-            const cpu::PackedWeight pack(w, kernels, pool);
-            run_planned(w, kernels, &pack, x.data(), n_rows, y.data, pool, plan_threads, split_rows);
-          } else {
-            run_planned(w, kernels, nullptr, x.data(), n_rows, y.data, pool, plan_threads, split_rows);
-          }
+          const std::unique_ptr<cpu::PackedWeight> pack = pack_if_asked(packed, w, kernels, pool);
+          run_planned(w, kernels, pack.get(), x.data(), n_rows, y.data, pool, plan_threads, split_rows);
         }
         return y.release_to_numpy({n_rows, ne1});
       },
@@ -430,10 +434,7 @@ void bind_testing_kernels(nb::module_& m) {
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
         const TensorInfo w = make_tensor(info, src, ne0, ne1);
         ThreadPool pool(1);
-        std::unique_ptr<cpu::PackedWeight> pack;
-        if (packed && cpu::has_packed_layout(kernels, info.type)) {
-          pack = std::make_unique<cpu::PackedWeight>(w, kernels, pool);
-        }
+        const std::unique_ptr<cpu::PackedWeight> pack = pack_if_asked(packed, w, kernels, pool);
         const cpu::MatmulJob job = cpu::MatmulJob::plan(w, kernels, threads, pack.get(), n_rows);
         nb::dict out;
         out["tasks"] = job.n_chunks;
@@ -466,10 +467,7 @@ void bind_testing_kernels(nb::module_& m) {
         {
           nb::gil_scoped_release release;
           ThreadPool pool(threads);
-          std::unique_ptr<cpu::PackedWeight> pack;
-          if (packed && cpu::has_packed_layout(kernels, info.type)) {
-            pack = std::make_unique<cpu::PackedWeight>(w, kernels, pool);
-          }
+          const std::unique_ptr<cpu::PackedWeight> pack = pack_if_asked(packed, w, kernels, pool);
           const auto run = [&] {
             run_planned(w, kernels, pack.get(), x.data(), n_rows, y.data, pool, plan_threads, split_rows);
           };
