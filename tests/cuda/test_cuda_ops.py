@@ -160,6 +160,23 @@ def test_add_rms_norm_writes_the_sum_the_norm_and_its_quantization(fmt, width):
         assert np.array_equal(q, ref_q) and np.array_equal(d, ref_d) and np.array_equal(s, ref_s)
 
 
+def _rope_reference(x, n_heads, head_dim, n_rot, neox, positions, inv_freq, position_scale):
+    """Rows of x rotated in float64 (cos/sin rounded to float32 as the kernel
+    takes them): the first n_rot dims of each head, pairs (i, i + n_rot/2)
+    for neox, (2i, 2i + 1) otherwise, by position * position_scale * inv_freq."""
+    ref = x.astype(np.float64).reshape(len(positions), n_heads, head_dim).copy()
+    half = n_rot // 2
+    a_idx = np.arange(half) if neox else 2 * np.arange(half)
+    b_idx = a_idx + half if neox else a_idx + 1
+    for r, p in enumerate(positions):
+        theta = p * position_scale * inv_freq
+        c, s = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+        a, b = ref[r][:, a_idx].copy(), ref[r][:, b_idx].copy()
+        ref[r][:, a_idx] = a * c - b * s
+        ref[r][:, b_idx] = a * s + b * c
+    return ref.reshape(len(positions), -1)
+
+
 @pytest.mark.parametrize("n_heads,head_dim,n_rot,neox", [(32, 128, 128, False), (8, 128, 128, True), (9, 64, 64, True),
                                                          (5, 256, 256, False), (1, 64, 32, False)])
 def test_rope_over_head_groups_and_rows_are_independent(n_heads, head_dim, n_rot, neox):
@@ -168,17 +185,8 @@ def test_rope_over_head_groups_and_rows_are_independent(n_heads, head_dim, n_rot
     x = rng.standard_normal((5, n_heads * head_dim)).astype(np.float32)
     gpu = t.cuda_rope(x, n_heads, n_rot, neox, positions, 10000.0, 1.0)
     inv = 10000.0 ** (-2.0 * np.arange(n_rot // 2) / n_rot)
-    ref = x.astype(np.float64).reshape(5, n_heads, head_dim).copy()
-    for r, p in enumerate(positions):
-        theta = p * inv
-        c, s = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
-        half = n_rot // 2
-        a_idx = np.arange(half) if neox else 2 * np.arange(half)
-        b_idx = a_idx + half if neox else a_idx + 1
-        a, b = ref[r][:, a_idx].copy(), ref[r][:, b_idx].copy()
-        ref[r][:, a_idx] = a * c - b * s
-        ref[r][:, b_idx] = a * s + b * c
-    np.testing.assert_allclose(gpu, ref.reshape(5, -1), rtol=1e-5, atol=1e-5)
+    ref = _rope_reference(x, n_heads, head_dim, n_rot, neox, positions, inv, 1.0)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-5, atol=1e-5)
     for r in range(5):
         alone = t.cuda_rope(np.ascontiguousarray(x[r:r + 1]), n_heads, n_rot, neox, [positions[r]], 10000.0, 1.0)
         assert np.array_equal(alone[0], gpu[r])
@@ -240,17 +248,8 @@ def test_rope_matches_numpy(neox):
     divisors = list(rng.uniform(1, 8, n_rot // 2).astype(np.float32))
     gpu = t.cuda_rope(x, n_heads, n_rot, neox, positions, 500000.0, 0.5, divisors)
     inv = 500000.0 ** (-2.0 * np.arange(n_rot // 2) / n_rot) / np.array(divisors, dtype=np.float64)
-    ref = x.astype(np.float64).reshape(4, n_heads, head_dim).copy()
-    for r, p in enumerate(positions):
-        theta = p * 0.5 * inv
-        c, s = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
-        half = n_rot // 2
-        a_idx = np.arange(half) if neox else 2 * np.arange(half)
-        b_idx = a_idx + half if neox else a_idx + 1
-        a, b = ref[r][:, a_idx].copy(), ref[r][:, b_idx].copy()
-        ref[r][:, a_idx] = a * c - b * s
-        ref[r][:, b_idx] = a * s + b * c
-    np.testing.assert_allclose(gpu, ref.reshape(4, -1), rtol=1e-5, atol=1e-5)
+    ref = _rope_reference(x, n_heads, head_dim, n_rot, neox, positions, inv, 0.5)
+    np.testing.assert_allclose(gpu, ref, rtol=1e-5, atol=1e-5)
 
 
 def _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, scale):
