@@ -221,6 +221,21 @@ std::vector<float> softcap(const float* x, size_t count, float cap) {
   return download<float>(dx, count);
 }
 
+namespace {
+
+// base^(-2i / n_rot) for i < n_rot / 2, each divided by divisors[i] when
+// divisors are given: the frequency table the backend uploads for a Rope.
+std::vector<double> rope_inv_freq(double base, size_t n_rot, const std::vector<float>& divisors) {
+  std::vector<double> inv_freq(n_rot / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    if (!divisors.empty()) inv_freq[i] /= static_cast<double>(divisors[i]);
+  }
+  return inv_freq;
+}
+
+}  // namespace
+
 std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t head_dim, size_t n_rot, bool neox,
                         const std::vector<int32_t>& positions, double base, double position_scale,
                         const std::vector<float>& divisors) {
@@ -228,11 +243,7 @@ std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t he
   if (positions.size() != n_rows || n_rot > head_dim || n_rot % 2 != 0) {
     throw InvalidArgument("[cuda testing] rope: one position per row, even n_rot <= head_dim");
   }
-  std::vector<double> inv_freq(n_rot / 2);
-  for (size_t i = 0; i < inv_freq.size(); ++i) {
-    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-    if (!divisors.empty()) inv_freq[i] /= static_cast<double>(divisors[i]);
-  }
+  const std::vector<double> inv_freq = rope_inv_freq(base, n_rot, divisors);
   Stream stream;
   DeviceBuffer dx = upload(x, n_rows * n_heads * head_dim, "x");
   DeviceBuffer dpos = upload(positions.data(), positions.size(), "positions");
@@ -250,10 +261,7 @@ std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, s
   if (positions.size() != n_rows || n_rot > head_dim || n_rot % 2 != 0) {
     throw InvalidArgument("[cuda testing] rope_pair: one position per row, even n_rot <= head_dim");
   }
-  std::vector<double> inv_freq(n_rot / 2);
-  for (size_t i = 0; i < inv_freq.size(); ++i) {
-    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-  }
+  const std::vector<double> inv_freq = rope_inv_freq(base, n_rot, {});
   Stream stream;
   const size_t na = n_rows * n_heads_a * head_dim, nb = n_rows * n_heads_b * head_dim;
   DeviceBuffer da = upload(a, na, "a");
