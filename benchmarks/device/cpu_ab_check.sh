@@ -3,6 +3,8 @@
 # random-weight models, thread scaling at 1, 2 and 4 threads, the two builds alternating per model
 # (the host's load drifts; alternating lets both meet it). For the "nothing regressed" check.
 #   bash benchmarks/device/cpu_ab_check.sh OLD_REVISION [SHAPE:TYPE ...]
+# The old side is checked out from the .git that travels with the tree, which can lag the working tree
+# (on 2026-12-02 its HEAD was a commit from hours before): name a revision old enough to be in it.
 # Run from the repository root with `.device` and $PYLIB carried, as for cpu_full_table.sh.
 # Output: $OUT/ab.txt.
 set -uo pipefail
@@ -14,7 +16,7 @@ gen_models $specs &
 build_muser_cpu build-ab-new.log || exit 1
 rm -rf /tmp/ab-old && git worktree add -f --detach /tmp/ab-old "$old" >/dev/null 2>&1 || { log "no revision $old"; exit 1; }
 ( cd /tmp/ab-old && build_muser_cpu build-ab-old.log ) || exit 1
-wait; log "both built: new $(git rev-parse --short HEAD), old $(git -C /tmp/ab-old rev-parse --short HEAD)"
+wait; log "both built: new = this working tree, old = $(git -C /tmp/ab-old rev-parse --short HEAD)"
 
 for s in $specs; do
   f="$w/${s%%:*}-${s##*:}.gguf"

@@ -20,7 +20,7 @@ esac
 gen_models $specs &
 build_muser_cpu "build-$part.log" || exit 1
 export PYTHONPATH="$root/src:$root:$lib"
-wait; log "muser, llama.cpp and models ready ($(git rev-parse --short HEAD 2>/dev/null))"
+wait; log "muser, llama.cpp and models ready"
 
 for s in $specs; do
   f="$w/${s%%:*}-${s##*:}.gguf"; name=$(basename "$f" .gguf)

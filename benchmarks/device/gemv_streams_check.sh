@@ -17,7 +17,7 @@ build_llamacpp_cpu llama-bench &
 gen_models llama-1b:Q4_0 llama-1b:Q4_K smollm2-135m:Q4_0 &
 build_muser_cpu build-streams.log || exit 1
 export PYTHONPATH="$root/src:$root/benchmarks:$root:$lib"
-wait; log "ready ($(git rev-parse --short HEAD 2>/dev/null)); $(grep -m1 'model name' /proc/cpuinfo)"
+wait; log "ready; $(grep -m1 'model name' /proc/cpuinfo)"
 
 timeout 150 python3 -u benchmarks/bench_gemv_streams.py --types Q4_0,Q4_K --shapes 2048x128256,2048x8192,8192x2048 \
   --rows 1,4 --rounds 2 --streams 1,2,4 2>&1 | tee -a "$res"
