@@ -62,8 +62,26 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
 // y (n_rows, ld_y) columns [0, n_out) = x (n_rows, k) times the weight
 // matrix w (n_out rows of k elements of `type`, GGUF row layout). x is in
 // activation_format(type).
+//
+// Decode groups (1..4 rows) run the matvec kernel; from kGemmMinRows rows on,
+// types with has_gemm_mma run gemm_mma, the others matvec tiles of
+// kPrefillTileRows. Both give a row the same bits.
 void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
             size_t ld_y, void* stream);
+
+// Rows from which matvec takes the tensor-core GEMM: every count above a
+// decode group (5 rows already fill a tile of the matvec's 8 and the GEMM
+// reads the weights once for up to 64 rows).
+constexpr size_t kGemmMinRows = 5;
+
+// Weight types with an int8 tensor-core GEMM (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+bool has_gemm_mma(DType type);
+
+// What matvec computes, on the tensor cores (ops_gemm_mma.cu): every output
+// bitwise the matvec kernel's for the same row, at any n_rows. Only types
+// with has_gemm_mma.
+void gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+              size_t ld_y, void* stream);
 
 // out (n, width) = rms_norm of each row of x times weight (width floats;
 // null: no weight). `out` may equal x. A row may be a head: n = rows * heads,

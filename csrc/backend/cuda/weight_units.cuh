@@ -9,6 +9,10 @@
 //   T::dot(unit, act, r, u) the unit's contribution to row r's dot product:
 //                         integer sums (exact, any order) times float scales
 //   T::dequant(row, u, j) element j of unit u as the reference dequantizes it
+// The 32-element types also have T::kHasMin (a weight min times the Q8_1 s)
+// and T::scale_sum(sumf, wd, wm, ad, as), the float part of T::dot on the
+// exact block sum: the tensor-core GEMM (ops_gemm_mma.cu) calls it too, so
+// both kernels round every term alike.
 //
 // Layouts follow tensor/quant_blocks.h; comments there give the bit layout.
 #pragma once
@@ -53,6 +57,7 @@ __device__ __forceinline__ int spread_bit4(uint32_t bits) {
 struct TypeQ4_0 {
   static constexpr int kBlockElems = 32, kBlockBytes = 18, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
+  static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
   __device__ static void load(const uint8_t* row, int u, Unit& w) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -69,7 +74,10 @@ struct TypeQ4_0 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]);
+    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
+    return sumf * (wd * ad);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -82,6 +90,7 @@ struct TypeQ4_0 {
 struct TypeQ4_1 {
   static constexpr int kBlockElems = 32, kBlockBytes = 20, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_1;
+  static constexpr bool kHasMin = true;
   struct Unit { int q[8]; float d, m; };
   __device__ static void load(const uint8_t* row, int u, Unit& w) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -98,7 +107,10 @@ struct TypeQ4_1 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]) + w.m * a.s[u];
+    return scale_sum(static_cast<float>(sumi), w.d, w.m, a.d[u], a.s[u]);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float wm, float ad, float as) {
+    return sumf * (wd * ad) + wm * as;
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -111,6 +123,7 @@ struct TypeQ4_1 {
 struct TypeQ5_0 {
   static constexpr int kBlockElems = 32, kBlockBytes = 22, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
+  static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
   __device__ static void load(const uint8_t* row, int u, Unit& w) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -129,7 +142,10 @@ struct TypeQ5_0 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]);
+    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
+    return sumf * (wd * ad);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -143,6 +159,7 @@ struct TypeQ5_0 {
 struct TypeQ5_1 {
   static constexpr int kBlockElems = 32, kBlockBytes = 24, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_1;
+  static constexpr bool kHasMin = true;
   struct Unit { int q[8]; float d, m; };
   __device__ static void load(const uint8_t* row, int u, Unit& w) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -160,7 +177,10 @@ struct TypeQ5_1 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]) + w.m * a.s[u];
+    return scale_sum(static_cast<float>(sumi), w.d, w.m, a.d[u], a.s[u]);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float wm, float ad, float as) {
+    return sumf * (wd * ad) + wm * as;
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -174,6 +194,7 @@ struct TypeQ5_1 {
 struct TypeQ8_0 {
   static constexpr int kBlockElems = 32, kBlockBytes = 34, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
+  static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
   __device__ static void load(const uint8_t* row, int u, Unit& w) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -185,7 +206,10 @@ struct TypeQ8_0 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]);
+    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
+    return sumf * (wd * ad);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;

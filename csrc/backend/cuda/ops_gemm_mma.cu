@@ -1,0 +1,346 @@
+// Prefill matmul on the tensor cores (int8 mma.sync m16n8k32, sm_80+) for
+// the 32-element quant types, bitwise the matvec's result for every output.
+//
+// Why this order: a row's logits must not depend on whether the row went
+// through this GEMM (a prefill chunk) or through matvec_kernel (a decode
+// group of 1..4 rows, a 1-row tail chunk). The matvec computes an output as
+//   lane l (0..31): acc_l = 0; for u = l, l+32, ... : acc_l += T::dot(unit u)
+//   then warp_sum: xor butterfly 16, 8, 4, 2, 1 over the 32 lane partials.
+// With float + commutative, the butterfly is a balanced binary tree whose
+// leaves, left to right, are the lanes in bit-reversed order (leaf i is lane
+// bitrev5(i)): its first level pairs lanes that differ in bit 4. So here each
+// output walks "classes" i = 0..31, lane l = bitrev5(i): the class's units
+// l, l+32, ... in increasing order accumulate into one float exactly as lane
+// l does (T::scale_sum is the float part of T::dot, shared by both kernels,
+// and the build has --fmad=false), and the class partial is pushed onto a
+// 5-level pairwise stack (a binary counter) that adds siblings as the tree
+// does. Lanes without units give 0.0f leaves here too. tests/
+// test_cuda_gemm_order.py checks the tree equivalence on float32 in numpy;
+// tests/cuda/test_cuda_ops.py checks the GEMM against the matvec bitwise.
+//
+// The int32 block sum of a unit is exact from the MMA: one k32 step is one
+// 32-element unit, with the int8 weights as T::load decodes them. The MMA
+// accumulator starts at 1.5 * 2^23 (as int bits), so its result read as a
+// float minus 1.5 * 2^23 is the sum converted exactly (|sum| < 2^22 for every
+// type here), which is static_cast<float>(sum) without the slow I2F.
+//
+// Tiling: a block computes 64 activation rows x 64 weight rows with 8 warps
+// (2 x 4, each 32 rows x 16 outputs: 2 x 2 MMAs, 16 outputs per thread, each
+// with its class accumulator and 5 stack slots in registers). The block
+// steps through units in class order, 8 units per shared-memory stage,
+// double buffered: global loads of the next stage go to registers while the
+// current stage is computed. A class has J = ceil(n_units / 32) steps; steps
+// with u >= n_units are skipped (the block agrees on them), so every class
+// has the same shape.
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/weight_units.cuh"
+#include "core/error.h"
+
+namespace muser::cuda {
+namespace {
+
+constexpr int kTileRows = 64;   // activation rows per block
+constexpr int kTileOut = 64;    // weight rows (outputs) per block
+constexpr int kStageUnits = 8;  // units per shared-memory stage
+constexpr int kThreads = 256;   // 8 warps: 2 along rows x 4 along outputs
+constexpr int kWarpRows = 32, kWarpOut = 16;
+constexpr int kOutputs = 16;    // per thread: 2 (m16) x 2 (n8) x 4
+constexpr int kLoadsPerThread = kStageUnits * kTileRows / kThreads;  // (unit, row) pairs per stage: 2
+static_assert(kTileRows == kTileOut, "one thread loads the same (slot, row) pairs of both operands");
+static_assert(kThreads / kTileRows * kLoadsPerThread == kStageUnits, "the loads cover the stage");
+
+// 1.5 * 2^23: floats in [2^23, 2^24) are spaced 1 apart, so adding an int in
+// (-2^22, 2^22) to these bits gives the float 1.5 * 2^23 + int exactly.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagic = 12582912.0f;
+
+template <bool kHasMin>
+struct Stage {
+  int4 a[kStageUnits][kTileRows][2];  // activation quants, 32 bytes per (unit, row)
+  int4 w[kStageUnits][kTileOut][2];   // weight quants as T::load decodes them
+  float ad[kStageUnits][kTileRows];
+  float wd[kStageUnits][kTileOut];
+  float as[kHasMin ? kStageUnits : 1][kTileRows];  // Q8_1 s (only with a weight min)
+  float wm[kHasMin ? kStageUnits : 1][kTileOut];
+};
+
+// What one thread loads for the next stage, held in registers while the
+// current stage is computed.
+template <bool kHasMin>
+struct Prefetch {
+  int4 w[kLoadsPerThread][2];
+  int4 a[kLoadsPerThread][2];
+  float wd[kLoadsPerThread], wm[kLoadsPerThread], ad[kLoadsPerThread], as[kLoadsPerThread];
+};
+
+__device__ __forceinline__ int bitrev5(int i) { return static_cast<int>(__brev(static_cast<unsigned>(i)) >> 27); }
+
+// D = A (16x32 s8, row) * B (32x8 s8, col) + c in every accumulator.
+__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int (&b)[2], int c) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c), "r"(c), "r"(c), "r"(c));
+}
+
+// Pushes the class partials acc as leaf i (level = trailing ones of i) of
+// the balanced tree: merges with the pending subtrees below `kLevel`, left
+// sibling first, and leaves acc = 0 for the next class (or, at the last
+// leaf, kLevel == 5, the tree's total).
+template <int kLevel>
+__device__ __forceinline__ void push_leaf(float (&acc)[kOutputs], float (&stack)[5][kOutputs]) {
+#pragma unroll
+  for (int o = 0; o < kOutputs; ++o) {
+    float v = acc[o];
+#pragma unroll
+    for (int lv = 0; lv < kLevel; ++lv) v = stack[lv][o] + v;
+    if constexpr (kLevel < 5) {
+      stack[kLevel][o] = v;
+      acc[o] = 0.0f;
+    } else {
+      acc[o] = v;
+    }
+  }
+}
+
+// The step s of the class-ordered walk: class s / J, its (s % J)-th unit.
+__device__ __forceinline__ int step_unit(int s, int steps_per_class) {
+  return bitrev5(s / steps_per_class) + 32 * (s % steps_per_class);
+}
+
+// Grid: (row tiles, output tiles); row tiles vary fastest, so the blocks
+// that share a weight tile run together and read it from L2.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units, ActivationView x,
+                    size_t n_rows, float* __restrict__ y, size_t ld_y) {
+  constexpr bool kHasMin = T::kHasMin;
+  extern __shared__ int4 smem_raw[];
+  Stage<kHasMin>* stages = reinterpret_cast<Stage<kHasMin>*>(smem_raw);
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int warp_row = (warp % 2) * kWarpRows, warp_out = (warp / 2) * kWarpOut;
+  const size_t r0 = static_cast<size_t>(blockIdx.x) * kTileRows;
+  const size_t n0 = static_cast<size_t>(blockIdx.y) * kTileOut;
+  const size_t k = x.k, units_per_row = k / 32;
+  const int per_class = (n_units + 31) / 32;
+  const int n_stages = 32 * per_class / kStageUnits;
+  // Warps whose rows or outputs all lie past the matrix skip the math (the
+  // block still loads and synchronizes together).
+  const bool warp_active = r0 + warp_row < n_rows && n0 + warp_out < n_out;
+
+  // This thread loads row `load_row` of both operands in slots
+  // load_slot0 + i * (kStageUnits / kLoadsPerThread).
+  const int load_row = tid % kTileRows, load_slot0 = tid / kTileRows;
+  const size_t wn = n0 + load_row, ar = r0 + load_row;
+  const uint8_t* wrow = wn < n_out ? w + wn * row_bytes : nullptr;
+  const bool a_ok = ar < n_rows;
+
+  Prefetch<kHasMin> pf;
+  auto load = [&](int stage) {
+#pragma unroll
+    for (int i = 0; i < kLoadsPerThread; ++i) {
+      const int slot = load_slot0 + i * (kStageUnits / kLoadsPerThread);
+      const int u = step_unit(stage * kStageUnits + slot, per_class);
+      const bool u_ok = u < n_units;
+      if (u_ok && wrow != nullptr) {
+        typename T::Unit unit;
+        T::load(wrow, u, unit);
+        pf.w[i][0] = make_int4(unit.q[0], unit.q[1], unit.q[2], unit.q[3]);
+        pf.w[i][1] = make_int4(unit.q[4], unit.q[5], unit.q[6], unit.q[7]);
+        pf.wd[i] = unit.d;
+        if constexpr (kHasMin) pf.wm[i] = unit.m;
+      } else {
+        pf.w[i][0] = pf.w[i][1] = make_int4(0, 0, 0, 0);
+        pf.wd[i] = 0.0f;
+        pf.wm[i] = 0.0f;
+      }
+      if (u_ok && a_ok) {
+        const int4* q = reinterpret_cast<const int4*>(x.q + ar * k + 32 * static_cast<size_t>(u));
+        pf.a[i][0] = q[0];
+        pf.a[i][1] = q[1];
+        pf.ad[i] = x.d[ar * units_per_row + u];
+        if constexpr (kHasMin) pf.as[i] = x.s[ar * units_per_row + u];
+      } else {
+        pf.a[i][0] = pf.a[i][1] = make_int4(0, 0, 0, 0);
+        pf.ad[i] = 0.0f;
+        pf.as[i] = 0.0f;
+      }
+    }
+  };
+  auto store = [&](Stage<kHasMin>& st) {
+#pragma unroll
+    for (int i = 0; i < kLoadsPerThread; ++i) {
+      const int slot = load_slot0 + i * (kStageUnits / kLoadsPerThread);
+      st.w[slot][load_row][0] = pf.w[i][0];
+      st.w[slot][load_row][1] = pf.w[i][1];
+      st.a[slot][load_row][0] = pf.a[i][0];
+      st.a[slot][load_row][1] = pf.a[i][1];
+      st.wd[slot][load_row] = pf.wd[i];
+      st.ad[slot][load_row] = pf.ad[i];
+      if constexpr (kHasMin) {
+        st.wm[slot][load_row] = pf.wm[i];
+        st.as[slot][load_row] = pf.as[i];
+      }
+    }
+  };
+
+  float acc[kOutputs], stack[5][kOutputs];
+#pragma unroll
+  for (int o = 0; o < kOutputs; ++o) {
+    acc[o] = 0.0f;
+#pragma unroll
+    for (int lv = 0; lv < 5; ++lv) stack[lv][o] = 0.0f;
+  }
+
+  load(0);
+  store(stages[0]);
+  __syncthreads();
+  int cls = 0, j = 0;  // the class and its step of the unit being computed
+  for (int s = 0; s < n_stages; ++s) {
+    if (s + 1 < n_stages) load(s + 1);
+    const Stage<kHasMin>& st = stages[s % 2];
+#pragma unroll
+    for (int slot = 0; slot < kStageUnits; ++slot) {
+      const int u = bitrev5(cls) + 32 * j;
+      if (warp_active && u < n_units) {
+        // Fragments: lane (g, t) holds words 2t, 2t+1 of a 32-byte unit row
+        // for rows g and g+8. The MMA pairs A's and B's k positions the same
+        // way, so the sum covers the 32 products once each, in any order.
+        int a[2][4], b[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          const int row = warp_row + 16 * mi + g;
+          const int2 lo = reinterpret_cast<const int2*>(st.a[slot][row])[t];
+          const int2 hi = reinterpret_cast<const int2*>(st.a[slot][row + 8])[t];
+          a[mi][0] = lo.x;
+          a[mi][1] = hi.x;
+          a[mi][2] = lo.y;
+          a[mi][3] = hi.y;
+        }
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+          const int2 v = reinterpret_cast<const int2*>(st.w[slot][warp_out + 8 * ni + g])[t];
+          b[ni][0] = v.x;
+          b[ni][1] = v.y;
+        }
+        float ad[2][2], as[2][2], wd[2][2], wm[2][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = warp_row + 16 * mi + g + 8 * h;
+            ad[mi][h] = st.ad[slot][row];
+            as[mi][h] = kHasMin ? st.as[slot][row] : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = warp_out + 8 * ni + 2 * t + e;
+            wd[ni][e] = st.wd[slot][col];
+            wm[ni][e] = kHasMin ? st.wm[slot][col] : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+          for (int ni = 0; ni < 2; ++ni) {
+            int d[4];
+            mma_s8(d, a[mi], b[ni], kMagicBits);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const float sumf = __int_as_float(d[c]) - kMagic;
+              const int o = (mi * 2 + ni) * 4 + c;
+              acc[o] = acc[o] + T::scale_sum(sumf, wd[ni][c & 1], wm[ni][c & 1], ad[mi][c >> 1], as[mi][c >> 1]);
+            }
+          }
+        }
+      }
+      if (++j == per_class) {
+        // Leaf cls of the tree: merge as many levels as cls has trailing ones.
+        switch (__ffs(~cls) - 1) {
+          case 0: push_leaf<0>(acc, stack); break;
+          case 1: push_leaf<1>(acc, stack); break;
+          case 2: push_leaf<2>(acc, stack); break;
+          case 3: push_leaf<3>(acc, stack); break;
+          case 4: push_leaf<4>(acc, stack); break;
+          default: push_leaf<5>(acc, stack); break;
+        }
+        j = 0;
+        ++cls;
+      }
+    }
+    if (s + 1 < n_stages) store(stages[(s + 1) % 2]);
+    __syncthreads();
+  }
+
+  // acc now holds each output's total (the last leaf merged every level).
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const size_t r = r0 + warp_row + 16 * mi + g + 8 * (c >> 1);
+        const size_t n = n0 + warp_out + 8 * ni + 2 * t + (c & 1);
+        if (r < n_rows && n < n_out) y[r * ld_y + n] = acc[(mi * 2 + ni) * 4 + c];
+      }
+    }
+  }
+}
+
+template <typename T>
+void launch_gemm(const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
+                 cudaStream_t stream) {
+  const size_t row_bytes = x.k / T::kBlockElems * T::kBlockBytes;
+  const int n_units = static_cast<int>(x.k / 32);
+  constexpr size_t kSmem = 2 * sizeof(Stage<T::kHasMin>);
+  // Over the 48 KiB default: opt in once per instantiation (thread-safe
+  // static initialization; the attribute is per function, not per stream).
+  static const cudaError_t opted_in =
+      cudaFuncSetAttribute(gemm_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+  check_cuda(opted_in, "cudaFuncSetAttribute(gemm_mma)");
+  const dim3 grid(ceil_div(n_rows, kTileRows), ceil_div(n_out, kTileOut));
+  gemm_mma_kernel<T><<<grid, kThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w), row_bytes, n_out, n_units, x,
+                                                        n_rows, y, ld_y);
+  check_launch("gemm_mma");
+}
+
+}  // namespace
+
+bool has_gemm_mma(DType type) {
+  switch (type) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
+              void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (n_rows == 0 || n_out == 0) return;
+  if (x.format != activation_format(type) || x.k % 32 != 0) {
+    throw InternalError(std::string("[cuda gemm_mma] ") + dtype_info(type).name + " weights need " +
+                        activation_format_name(activation_format(type)) + " activations of a 32-multiple length");
+  }
+  switch (type) {
+    case DType::Q4_0: launch_gemm<TypeQ4_0>(w, n_out, x, n_rows, y, ld_y, stream); break;
+    case DType::Q4_1: launch_gemm<TypeQ4_1>(w, n_out, x, n_rows, y, ld_y, stream); break;
+    case DType::Q5_0: launch_gemm<TypeQ5_0>(w, n_out, x, n_rows, y, ld_y, stream); break;
+    case DType::Q5_1: launch_gemm<TypeQ5_1>(w, n_out, x, n_rows, y, ld_y, stream); break;
+    case DType::Q8_0: launch_gemm<TypeQ8_0>(w, n_out, x, n_rows, y, ld_y, stream); break;
+    default: throw InternalError(std::string("[cuda gemm_mma] no int8 MMA kernel for ") + dtype_info(type).name);
+  }
+}
+
+}  // namespace muser::cuda
