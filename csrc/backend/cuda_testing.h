@@ -17,8 +17,19 @@ namespace muser::cuda_testing {
 
 // y (n_rows, n_out) = x (n_rows, k) @ W.T for W (n_out rows of k elements of
 // `type`, raw GGUF bytes); x is quantized on the device first. All rows go
-// through one launch (tiles as the backend uses them).
-std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
+// through one matvec call (as the backend makes it: decode-group kernels for
+// 1..4 rows, the tensor-core GEMM or prefill tiles for more), or with
+// group_rows 1..4 through one call per consecutive group of that many rows
+// (the decode-group kernels).
+std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                          size_t group_rows = 0);
+
+// The same product through the tensor-core GEMM itself at any row count
+// (types with an int8 MMA kernel only; others throw InvalidArgument).
+std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
+// Mean microseconds of the matvec call (as the backend makes it) over `reps`
+// runs back to back on one stream, activations already quantized.
+double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows, int reps);
 
 // The device activation layout of quantize_activations, per row.
 struct QuantizedRows {

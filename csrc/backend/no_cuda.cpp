@@ -17,7 +17,11 @@ namespace {
 
 }  // namespace
 
-std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("matvec"); }
+std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t) { unavailable("matvec"); }
+std::vector<float> gemm_mma(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("gemm_mma"); }
+double matvec_time_us(DType, const uint8_t*, size_t, size_t, const float*, size_t, int) {
+  unavailable("matvec_time_us");
+}
 QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }
 std::vector<float> get_rows(DType, const uint8_t*, size_t, size_t, const std::vector<int32_t>&) {
   unavailable("get_rows");

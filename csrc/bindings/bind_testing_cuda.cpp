@@ -88,6 +88,24 @@ void bind_testing_cuda(nb::module_& m) {
       .def("release", &cuda_testing::DeviceMemoryHold::release, "Frees the held memory now.");
   m.def(
       "cuda_matvec",
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, size_t group_rows) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        check_weight_bytes(type, k, n_out, w.shape(0));
+        std::vector<float> y;
+        {
+          nb::gil_scoped_release release;
+          y = cuda_testing::matvec(type, w.data(), n_out, k, x.data(), n_rows, group_rows);
+        }
+        return to_numpy(std::move(y), {n_rows, n_out});
+      },
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("group_rows") = 0,
+      "y = x @ W.T on the GPU for W (n_out, x.shape[1]) of `type_id` (raw GGUF bytes). group_rows 0: all "
+      "rows in one matvec call as the backend makes it (1..4 rows: the decode-group kernels; more: the "
+      "tensor-core GEMM for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, tiles of 8 otherwise); 1..4: one call per "
+      "consecutive group of that many rows.");
+  m.def(
+      "cuda_gemm_mma",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x) {
         const DType type = dtype_of(type_id);
         const size_t n_rows = x.shape(0), k = x.shape(1);
@@ -95,13 +113,25 @@ void bind_testing_cuda(nb::module_& m) {
         std::vector<float> y;
         {
           nb::gil_scoped_release release;
-          y = cuda_testing::matvec(type, w.data(), n_out, k, x.data(), n_rows);
+          y = cuda_testing::gemm_mma(type, w.data(), n_out, k, x.data(), n_rows);
         }
         return to_numpy(std::move(y), {n_rows, n_out});
       },
       nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"),
-      "y = x @ W.T on the GPU for W (n_out, x.shape[1]) of `type_id` (raw GGUF bytes); all rows in one "
-      "launch (tiles of 1..4 rows, or 8 for more).");
+      "cuda_matvec through the int8 tensor-core GEMM itself, at any row count (Q4_0, Q4_1, Q5_0, Q5_1, "
+      "Q8_0; other types raise ValueError).");
+  m.def(
+      "cuda_matvec_time_us",
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int reps) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        check_weight_bytes(type, k, n_out, w.shape(0));
+        nb::gil_scoped_release release;
+        return cuda_testing::matvec_time_us(type, w.data(), n_out, k, x.data(), n_rows, reps);
+      },
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("reps") = 20,
+      "Mean microseconds of cuda_matvec's one call (the tensor-core GEMM from 5 rows on for its types), "
+      "over `reps` back-to-back runs with the activations already quantized.");
   m.def(
       "cuda_quantize",
       [](const std::string& format_name, const Floats2D& x) {
