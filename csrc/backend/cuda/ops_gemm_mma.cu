@@ -300,7 +300,8 @@ void launch_gemm(const void* w, size_t n_out, const ActivationView& x, size_t n_
   const int n_units = static_cast<int>(x.k / 32);
   constexpr size_t kSmem = 2 * sizeof(Stage<T::kHasMin>);
   // Over the 48 KiB default: opt in once per instantiation (thread-safe
-  // static initialization; the attribute is per function, not per stream).
+  // static initialization; the backend runs on device 0 only, and the
+  // attribute belongs to the function, not to a stream).
   static const cudaError_t opted_in =
       cudaFuncSetAttribute(gemm_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   check_cuda(opted_in, "cudaFuncSetAttribute(gemm_mma)");
