@@ -7,8 +7,8 @@ The matvec: lane l sums the terms of units l, l+32, ... in order from 0.0f, then
 warp_sum adds lanes with xor offsets 16, 8, 4, 2, 1. The GEMM: classes i = 0..31
 (lane bitrev5(i)), each summed the same way, pushed as leaf i onto a 5-level
 pairwise stack that merges as many levels as i has trailing ones; the walk goes
-in stages of K_STAGE_UNITS steps of J = ceil(n_units / 32) steps per class, steps
-past n_units skipped. Also the int -> float conversion through the 1.5 * 2^23
+in stages of K_STAGE_UNITS slots, J = ceil(n_units / 32) steps per class padded
+to 1, 2, 4 or a multiple of 8 (Walk<kP>), padding steps adding +0.0f. Also the int -> float conversion through the 1.5 * 2^23
 magic bits the GEMM uses instead of I2F.
 """
 
@@ -41,22 +41,39 @@ def matvec_order(terms: np.ndarray) -> np.float32:
     return lanes[0]
 
 
-def gemm_order(terms: np.ndarray) -> np.float32:
-    """The GEMM's walk: class-ordered steps in stages, the pairwise stack."""
-    n_units = len(terms)
+def walk_shape(n_units: int) -> tuple[int, int]:
+    """(kP, stages per class) as launch_gemm picks them."""
     per_class = (n_units + 31) // 32
-    n_stages = 32 * per_class // K_STAGE_UNITS
-    assert n_stages * K_STAGE_UNITS == 32 * per_class
+    if per_class <= 4:
+        return (1 if per_class <= 1 else 2 if per_class <= 2 else 4), 1
+    return 8, (per_class + 7) // 8
+
+
+def walk_unit(k_p: int, stages_per_class: int, stage: int, slot: int) -> tuple[int, int]:
+    """(class, unit) of a stage's slot, Walk<kP>::unit."""
+    if k_p < 8:
+        cls = stage * (K_STAGE_UNITS // k_p) + slot // k_p
+        return cls, bitrev5(cls) + 32 * (slot % k_p)
+    cls = stage // stages_per_class
+    return cls, bitrev5(cls) + 32 * ((stage % stages_per_class) * K_STAGE_UNITS + slot)
+
+
+def gemm_order(terms: np.ndarray) -> np.float32:
+    """The GEMM's walk: stages of slots in class order, +0.0f for the padding
+    steps (units past n_units), the pairwise stack at each class's end."""
+    n_units = len(terms)
+    k_p, spc = walk_shape(n_units)
+    n_stages = 32 * k_p // K_STAGE_UNITS if k_p < 8 else 32 * spc
+    steps_per_class = k_p if k_p < 8 else K_STAGE_UNITS * spc
     acc = F32(0.0)
     stack = [F32(0.0)] * 5
-    cls = j = 0
-    for _stage in range(n_stages):
-        for _slot in range(K_STAGE_UNITS):
-            u = bitrev5(cls) + 32 * j
-            if u < n_units:
-                acc = F32(acc + terms[u])
-            j += 1
-            if j == per_class:
+    seen = []
+    for stage in range(n_stages):
+        for slot in range(K_STAGE_UNITS):
+            cls, u = walk_unit(k_p, spc, stage, slot)
+            seen.append(u)
+            acc = F32(acc + (terms[u] if u < n_units else F32(0.0)))
+            if (stage * K_STAGE_UNITS + slot) % steps_per_class == steps_per_class - 1:  # cls ends
                 level = (~cls & -~cls).bit_length() - 1  # trailing ones of cls
                 v = acc
                 for lv in range(level):
@@ -66,9 +83,11 @@ def gemm_order(terms: np.ndarray) -> np.float32:
                     acc = F32(0.0)
                 else:
                     acc = v
-                j = 0
-                cls += 1
-    assert cls == 32
+                assert cls == (stage * K_STAGE_UNITS + slot) // steps_per_class
+    # Every unit once, in class order, each class's units increasing.
+    real = [u for u in seen if u < n_units]
+    assert sorted(real) == list(range(n_units))
+    assert real == sorted(real, key=lambda u: (bitrev5(u % 32), u))
     return acc
 
 
@@ -81,7 +100,7 @@ def random_terms(rng: np.random.Generator, n_units: int) -> np.ndarray:
     return terms
 
 
-@pytest.mark.parametrize("n_units", [1, 2, 5, 16, 18, 31, 32, 33, 48, 64, 100, 128, 181, 448])
+@pytest.mark.parametrize("n_units", [1, 2, 5, 16, 18, 31, 32, 33, 48, 64, 96, 100, 128, 160, 181, 256, 288, 448])
 def test_the_gemm_walk_adds_like_the_matvec_lanes_and_butterfly(n_units):
     rng = np.random.default_rng(n_units)
     for _ in range(20):

@@ -58,9 +58,12 @@ def test_a_matvec_row_is_bitwise_the_same_alone_in_any_group_and_in_prefill_tile
 GEMM_TYPES = [GT.Q4_0, GT.Q8_0, GT.Q4_1, GT.Q5_0, GT.Q5_1]
 # (rows, n_out, k): llama3-8b's q/o (4096x4096), its FFN down (k 14336, 14 units
 # per lane class), smollm2's shapes (k 576: 18 units, so lane classes without
-# units), outputs not a multiple of the 64-wide tile, rows not a multiple of 64.
+# units), outputs not a multiple of the 64-wide tile, rows not a multiple of 64;
+# every walk of the kernel (units per lane class 1, 2, 3-4 and 5-8, 9-16 padded
+# to whole stages).
 GEMM_SHAPES = [(5, 576, 1536), (16, 1536, 576), (17, 100, 4096), (64, 4096, 4096), (100, 1000, 1536),
-               (130, 4096, 14336), (512, 4096, 4096)]
+               (130, 4096, 14336), (512, 4096, 4096), (20, 96, 3072), (9, 200, 5120), (33, 64, 9216),
+               (6, 40, 1024)]
 GEMM_LARGE = [(512, 4096, 14336)]
 
 

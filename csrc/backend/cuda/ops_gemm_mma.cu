@@ -29,9 +29,13 @@
 // with its class accumulator and 5 stack slots in registers). The block
 // steps through units in class order, 8 units per shared-memory stage,
 // double buffered: global loads of the next stage go to registers while the
-// current stage is computed. A class has J = ceil(n_units / 32) steps; steps
-// with u >= n_units are skipped (the block agrees on them), so every class
-// has the same shape.
+// current stage is computed; fragments come from shared memory by ldmatrix.
+// A class has P steps, J = ceil(n_units / 32) rounded up to 1, 2, 4 or a
+// multiple of 8, so that classes end at slots known at compile time (see
+// Walk); steps with u >= n_units load nothing and add +0.0f (a no-op, see
+// compute_slot).
+#include <utility>
+
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/weight_units.cuh"
@@ -55,10 +59,15 @@ static_assert(kThreads / kTileRows * kLoadsPerThread == kStageUnits, "the loads 
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
 
+// A unit row (32 int8) is two 16-byte halves; row r keeps half h at
+// position h ^ ((r / 4) % 2), so the 8 rows one ldmatrix phase reads hit
+// all 32 banks once.
+__device__ __forceinline__ int swizzled_half(int row, int half) { return half ^ ((row >> 2) & 1); }
+
 template <bool kHasMin>
 struct Stage {
-  int4 a[kStageUnits][kTileRows][2];  // activation quants, 32 bytes per (unit, row)
-  int4 w[kStageUnits][kTileOut][2];   // weight quants as T::load decodes them
+  int4 a[kStageUnits][kTileRows][2];  // activation quants, 32 bytes per (unit, row), swizzled halves
+  int4 w[kStageUnits][kTileOut][2];   // weight quants as T::load decodes them, swizzled halves
   float ad[kStageUnits][kTileRows];
   float wd[kStageUnits][kTileOut];
   float as[kHasMin ? kStageUnits : 1][kTileRows];  // Q8_1 s (only with a weight min)
@@ -67,7 +76,6 @@ struct Stage {
 
 // What one thread loads for the next stage, held in registers while the
 // current stage is computed.
-template <bool kHasMin>
 struct Prefetch {
   int4 w[kLoadsPerThread][2];
   int4 a[kLoadsPerThread][2];
@@ -76,18 +84,30 @@ struct Prefetch {
 
 __device__ __forceinline__ int bitrev5(int i) { return static_cast<int>(__brev(static_cast<unsigned>(i)) >> 27); }
 
+__host__ __device__ constexpr int trailing_ones(int i) { return (i & 1) ? 1 + trailing_ones(i >> 1) : 0; }
+
+// Four 8x8 b16 matrices from shared memory: lane L gives the address of row
+// L % 8 of matrix L / 8; register i of lane (g = L / 4, t = L % 4) receives
+// 32-bit word t of row g of matrix i (4 consecutive int8 of that row).
+__device__ __forceinline__ void ldmatrix_x4(int (&r)[4], const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // D = A (16x32 s8, row) * B (32x8 s8, col) + c in every accumulator.
-__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int (&b)[2], int c) {
+__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int b0, int b1, int c) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%10, %11, %12, %13};\n"
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c), "r"(c), "r"(c), "r"(c));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c), "r"(c), "r"(c), "r"(c));
 }
 
-// Pushes the class partials acc as leaf i (level = trailing ones of i) of
-// the balanced tree: merges with the pending subtrees below `kLevel`, left
-// sibling first, and leaves acc = 0 for the next class (or, at the last
-// leaf, kLevel == 5, the tree's total).
+// Pushes the class partials acc as a leaf with `kLevel` trailing ones in its
+// index onto the balanced tree: merges with the pending subtrees below
+// kLevel, left sibling first, and leaves acc = 0 for the next class (or, at
+// the last leaf, kLevel == 5, the tree's total).
 template <int kLevel>
 __device__ __forceinline__ void push_leaf(float (&acc)[kOutputs], float (&stack)[5][kOutputs]) {
 #pragma unroll
@@ -104,20 +124,51 @@ __device__ __forceinline__ void push_leaf(float (&acc)[kOutputs], float (&stack)
   }
 }
 
-// The step s of the class-ordered walk: class s / J, its (s % J)-th unit.
-__device__ __forceinline__ int step_unit(int s, int steps_per_class) {
-  return bitrev5(s / steps_per_class) + 32 * (s % steps_per_class);
+// push_leaf for a level known only at run time (the same for the whole block).
+__device__ __forceinline__ void push_leaf_at(int level, float (&acc)[kOutputs], float (&stack)[5][kOutputs]) {
+  switch (level) {
+    case 0: push_leaf<0>(acc, stack); break;
+    case 1: push_leaf<1>(acc, stack); break;
+    case 2: push_leaf<2>(acc, stack); break;
+    case 3: push_leaf<3>(acc, stack); break;
+    case 4: push_leaf<4>(acc, stack); break;
+    default: push_leaf<5>(acc, stack); break;
+  }
 }
+
+// The walk over (class, step) pairs. A class (lane l = bitrev5(class)) has
+// P steps, units l + 32 j for j < P, with P = J = ceil(n_units / 32) rounded
+// up to kP (1, 2 or 4) or to a multiple of 8 (kP == 8); steps with
+// u >= n_units add +0.0f. kP < 8: a stage holds 8 / kP whole classes;
+// kP == 8: a class spans `stages_per_class` whole stages. So every class
+// ends at a slot known at compile time, and all but the stage's last class
+// have their tree level known at compile time too.
+template <int kP>
+struct Walk {
+  static constexpr int kClassesPerStage = kP < 8 ? kStageUnits / kP : 1;
+  int stages_per_class;  // kP == 8 only
+  __device__ __forceinline__ int n_stages() const {
+    return kP < 8 ? 32 / kClassesPerStage : 32 * stages_per_class;
+  }
+  __device__ __forceinline__ int unit(int stage, int slot) const {
+    if constexpr (kP < 8) {
+      return bitrev5(stage * kClassesPerStage + slot / kP) + 32 * (slot % kP);
+    } else {
+      return bitrev5(stage / stages_per_class) + 32 * ((stage % stages_per_class) * kStageUnits + slot);
+    }
+  }
+};
 
 // Grid: (row tiles, output tiles); row tiles vary fastest, so the blocks
 // that share a weight tile run together and read it from L2.
-template <typename T>
+template <typename T, int kP>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units, ActivationView x,
-                    size_t n_rows, float* __restrict__ y, size_t ld_y) {
+    gemm_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units,
+                    int stages_per_class, ActivationView x, size_t n_rows, float* __restrict__ y, size_t ld_y) {
   constexpr bool kHasMin = T::kHasMin;
   extern __shared__ int4 smem_raw[];
   Stage<kHasMin>* stages = reinterpret_cast<Stage<kHasMin>*>(smem_raw);
+  const Walk<kP> walk{stages_per_class};
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
@@ -125,8 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const size_t r0 = static_cast<size_t>(blockIdx.x) * kTileRows;
   const size_t n0 = static_cast<size_t>(blockIdx.y) * kTileOut;
   const size_t k = x.k, units_per_row = k / 32;
-  const int per_class = (n_units + 31) / 32;
-  const int n_stages = 32 * per_class / kStageUnits;
+  const int n_stages = walk.n_stages();
   // Warps whose rows or outputs all lie past the matrix skip the math (the
   // block still loads and synchronizes together).
   const bool warp_active = r0 + warp_row < n_rows && n0 + warp_out < n_out;
@@ -138,12 +188,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint8_t* wrow = wn < n_out ? w + wn * row_bytes : nullptr;
   const bool a_ok = ar < n_rows;
 
-  Prefetch<kHasMin> pf;
+  Prefetch pf;
   auto load = [&](int stage) {
 #pragma unroll
     for (int i = 0; i < kLoadsPerThread; ++i) {
       const int slot = load_slot0 + i * (kStageUnits / kLoadsPerThread);
-      const int u = step_unit(stage * kStageUnits + slot, per_class);
+      const int u = walk.unit(stage, slot);
       const bool u_ok = u < n_units;
       if (u_ok && wrow != nullptr) {
         typename T::Unit unit;
@@ -170,14 +220,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
+  const int half0 = swizzled_half(load_row, 0), half1 = swizzled_half(load_row, 1);
   auto store = [&](Stage<kHasMin>& st) {
 #pragma unroll
     for (int i = 0; i < kLoadsPerThread; ++i) {
       const int slot = load_slot0 + i * (kStageUnits / kLoadsPerThread);
-      st.w[slot][load_row][0] = pf.w[i][0];
-      st.w[slot][load_row][1] = pf.w[i][1];
-      st.a[slot][load_row][0] = pf.a[i][0];
-      st.a[slot][load_row][1] = pf.a[i][1];
+      st.w[slot][load_row][half0] = pf.w[i][0];
+      st.w[slot][load_row][half1] = pf.w[i][1];
+      st.a[slot][load_row][half0] = pf.a[i][0];
+      st.a[slot][load_row][half1] = pf.a[i][1];
       st.wd[slot][load_row] = pf.wd[i];
       st.ad[slot][load_row] = pf.ad[i];
       if constexpr (kHasMin) {
@@ -187,6 +238,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
+  // ldmatrix row addresses of this lane (matrix L / 8, row L % 8): for the A
+  // tile of m16 block mi, matrices (rows 0-7, half 0), (rows 8-15, half 0),
+  // (rows 0-7, half 1), (rows 8-15, half 1) = the MMA's a0..a3; for the
+  // warp's 16 weight rows, (rows 0-7, half 0), (rows 0-7, half 1), (rows
+  // 8-15, half 0), (rows 8-15, half 1) = b0, b1 of n8 block 0, then of 1.
+  const int mat = lane / 8, mat_row = lane % 8;
+  int a_row[2], a_half[2];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    a_row[mi] = warp_row + 16 * mi + mat_row + 8 * (mat & 1);
+    a_half[mi] = swizzled_half(a_row[mi], mat >> 1);
+  }
+  const int b_row = warp_out + mat_row + 8 * (mat >> 1);
+  const int b_half = swizzled_half(b_row, mat & 1);
+
   float acc[kOutputs], stack[5][kOutputs];
 #pragma unroll
   for (int o = 0; o < kOutputs; ++o) {
@@ -195,84 +261,80 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int lv = 0; lv < 5; ++lv) stack[lv][o] = 0.0f;
   }
 
+  // One slot of the stage: the unit's 4 MMAs and the float terms of the 16
+  // outputs, then (kP < 8, a class ending here that is not the stage's
+  // last) its push at a compile-time level. Slots of units past n_units hold
+  // zero quants and scales (the loader's fill), so their terms are +0.0f,
+  // and acc + 0.0f is acc: acc starts at +0.0f and a round-to-nearest sum is
+  // -0.0f only when both addends are, so acc is never -0.0f. Computing them
+  // keeps the slots free of branches, so the compiler overlaps one slot's
+  // ldmatrix and MMA latency with the next's.
+  auto compute_slot = [&]<int kSlot>(const Stage<kHasMin>& st) {
+    int a[2][4], b[4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &st.a[kSlot][a_row[mi]][a_half[mi]]);
+    ldmatrix_x4(b, &st.w[kSlot][b_row][b_half]);
+    float ad[2][2], as[2][2], wd[2][2], wm[2][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp_row + 16 * mi + g + 8 * h;
+        ad[mi][h] = st.ad[kSlot][row];
+        as[mi][h] = kHasMin ? st.as[kSlot][row] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) {
+      const int col = warp_out + 8 * ni + 2 * t;
+      const float2 d2 = *reinterpret_cast<const float2*>(&st.wd[kSlot][col]);
+      wd[ni][0] = d2.x;
+      wd[ni][1] = d2.y;
+      if constexpr (kHasMin) {
+        const float2 m2 = *reinterpret_cast<const float2*>(&st.wm[kSlot][col]);
+        wm[ni][0] = m2.x;
+        wm[ni][1] = m2.y;
+      } else {
+        wm[ni][0] = wm[ni][1] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < 2; ++ni) {
+        int d[4];
+        mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], kMagicBits);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float sumf = __int_as_float(d[c]) - kMagic;
+          const int o = (mi * 2 + ni) * 4 + c;
+          acc[o] = acc[o] + T::scale_sum(sumf, wd[ni][c & 1], wm[ni][c & 1], ad[mi][c >> 1], as[mi][c >> 1]);
+        }
+      }
+    }
+    if constexpr (kP < 8) {
+      constexpr int kClass = kSlot / kP;  // within the stage
+      if constexpr (kSlot % kP == kP - 1 && kClass < Walk<kP>::kClassesPerStage - 1) {
+        // The class index's low bits are kClass, not all ones: its trailing
+        // ones are kClass's.
+        push_leaf<trailing_ones(kClass)>(acc, stack);
+      }
+    }
+  };
+  auto compute_stage = [&]<int... kSlots>(std::integer_sequence<int, kSlots...>, const Stage<kHasMin>& st) {
+    (compute_slot.template operator()<kSlots>(st), ...);
+  };
+
   load(0);
   store(stages[0]);
   __syncthreads();
-  int cls = 0, j = 0;  // the class and its step of the unit being computed
   for (int s = 0; s < n_stages; ++s) {
     if (s + 1 < n_stages) load(s + 1);
-    const Stage<kHasMin>& st = stages[s % 2];
-#pragma unroll
-    for (int slot = 0; slot < kStageUnits; ++slot) {
-      const int u = bitrev5(cls) + 32 * j;
-      if (warp_active && u < n_units) {
-        // Fragments: lane (g, t) holds words 2t, 2t+1 of a 32-byte unit row
-        // for rows g and g+8. The MMA pairs A's and B's k positions the same
-        // way, so the sum covers the 32 products once each, in any order.
-        int a[2][4], b[2][2];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          const int row = warp_row + 16 * mi + g;
-          const int2 lo = reinterpret_cast<const int2*>(st.a[slot][row])[t];
-          const int2 hi = reinterpret_cast<const int2*>(st.a[slot][row + 8])[t];
-          a[mi][0] = lo.x;
-          a[mi][1] = hi.x;
-          a[mi][2] = lo.y;
-          a[mi][3] = hi.y;
-        }
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
-          const int2 v = reinterpret_cast<const int2*>(st.w[slot][warp_out + 8 * ni + g])[t];
-          b[ni][0] = v.x;
-          b[ni][1] = v.y;
-        }
-        float ad[2][2], as[2][2], wd[2][2], wm[2][2];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = warp_row + 16 * mi + g + 8 * h;
-            ad[mi][h] = st.ad[slot][row];
-            as[mi][h] = kHasMin ? st.as[slot][row] : 0.0f;
-          }
-        }
-#pragma unroll
-        for (int ni = 0; ni < 2; ++ni) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = warp_out + 8 * ni + 2 * t + e;
-            wd[ni][e] = st.wd[slot][col];
-            wm[ni][e] = kHasMin ? st.wm[slot][col] : 0.0f;
-          }
-        }
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-          for (int ni = 0; ni < 2; ++ni) {
-            int d[4];
-            mma_s8(d, a[mi], b[ni], kMagicBits);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const float sumf = __int_as_float(d[c]) - kMagic;
-              const int o = (mi * 2 + ni) * 4 + c;
-              acc[o] = acc[o] + T::scale_sum(sumf, wd[ni][c & 1], wm[ni][c & 1], ad[mi][c >> 1], as[mi][c >> 1]);
-            }
-          }
-        }
-      }
-      if (++j == per_class) {
-        // Leaf cls of the tree: merge as many levels as cls has trailing ones.
-        switch (__ffs(~cls) - 1) {
-          case 0: push_leaf<0>(acc, stack); break;
-          case 1: push_leaf<1>(acc, stack); break;
-          case 2: push_leaf<2>(acc, stack); break;
-          case 3: push_leaf<3>(acc, stack); break;
-          case 4: push_leaf<4>(acc, stack); break;
-          default: push_leaf<5>(acc, stack); break;
-        }
-        j = 0;
-        ++cls;
-      }
+    if (warp_active) compute_stage(std::make_integer_sequence<int, kStageUnits>{}, stages[s % 2]);
+    // The stage's last class ends here (kP == 8: when this is its last stage).
+    if (kP < 8 || s % walk.stages_per_class == walk.stages_per_class - 1) {
+      const int cls = kP < 8 ? (s + 1) * Walk<kP>::kClassesPerStage - 1 : s / walk.stages_per_class;
+      push_leaf_at(__ffs(~cls) - 1, acc, stack);
     }
     if (s + 1 < n_stages) store(stages[(s + 1) % 2]);
     __syncthreads();
@@ -293,22 +355,39 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <typename T>
-void launch_gemm(const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
-                 cudaStream_t stream) {
+template <typename T, int kP>
+void launch_gemm_walk(const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
+                      int stages_per_class, cudaStream_t stream) {
   const size_t row_bytes = x.k / T::kBlockElems * T::kBlockBytes;
   const int n_units = static_cast<int>(x.k / 32);
   constexpr size_t kSmem = 2 * sizeof(Stage<T::kHasMin>);
   // Over the 48 KiB default: opt in once per instantiation (thread-safe
   // static initialization; the backend runs on device 0 only, and the
   // attribute belongs to the function, not to a stream).
-  static const cudaError_t opted_in =
-      cudaFuncSetAttribute(gemm_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+  static const cudaError_t opted_in = cudaFuncSetAttribute(
+      gemm_mma_kernel<T, kP>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   check_cuda(opted_in, "cudaFuncSetAttribute(gemm_mma)");
   const dim3 grid(ceil_div(n_rows, kTileRows), ceil_div(n_out, kTileOut));
-  gemm_mma_kernel<T><<<grid, kThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w), row_bytes, n_out, n_units, x,
-                                                        n_rows, y, ld_y);
+  gemm_mma_kernel<T, kP><<<grid, kThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w), row_bytes, n_out,
+                                                            n_units, stages_per_class, x, n_rows, y, ld_y);
   check_launch("gemm_mma");
+}
+
+// Steps per class J = ceil(n_units / 32): 1, 2 and 3..4 get a walk of 1, 2
+// and 4 steps per class, more a multiple of 8 (whole stages per class).
+template <typename T>
+void launch_gemm(const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
+                 cudaStream_t stream) {
+  const size_t per_class = (x.k / 32 + 31) / 32;
+  if (per_class <= 1) {
+    launch_gemm_walk<T, 1>(w, n_out, x, n_rows, y, ld_y, 1, stream);
+  } else if (per_class <= 2) {
+    launch_gemm_walk<T, 2>(w, n_out, x, n_rows, y, ld_y, 1, stream);
+  } else if (per_class <= 4) {
+    launch_gemm_walk<T, 4>(w, n_out, x, n_rows, y, ld_y, 1, stream);
+  } else {
+    launch_gemm_walk<T, 8>(w, n_out, x, n_rows, y, ld_y, static_cast<int>((per_class + 7) / 8), stream);
+  }
 }
 
 }  // namespace
