@@ -78,9 +78,10 @@ constexpr size_t kGemmMinRows = 5;
 bool has_gemm_mma(DType type);
 
 // What matvec computes, on the tensor cores (ops_gemm_mma.cu): every output
-// bitwise the matvec kernel's for the same row, at any n_rows. Only types
-// with has_gemm_mma.
-void gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+// bitwise the matvec kernel's for the same row, at any n_rows. Launches and
+// returns true for types with has_gemm_mma whose weights start 4-byte and
+// activation quants 16-byte aligned; false (nothing enqueued) otherwise.
+bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
               size_t ld_y, void* stream);
 
 // out (n, width) = rms_norm of each row of x times weight (width floats;

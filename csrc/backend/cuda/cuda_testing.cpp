@@ -99,7 +99,9 @@ std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, siz
       cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
   auto run = [&] {
     if (path == MatmulPath::Gemm) {
-      cuda::gemm_mma(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get());
+      if (!cuda::gemm_mma(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get())) {
+        throw InternalError("[cuda testing] the tensor-core GEMM refused aligned device buffers");
+      }
     } else if (group_rows == 0) {
       cuda::matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get());
     } else {

@@ -27,13 +27,17 @@
 // Tiling: a block computes 64 activation rows x 64 weight rows with 8 warps
 // (2 x 4, each 32 rows x 16 outputs: 2 x 2 MMAs, 16 outputs per thread, each
 // with its class accumulator and 5 stack slots in registers). The block
-// steps through units in class order, 8 units per shared-memory stage,
-// double buffered: global loads of the next stage go to registers while the
-// current stage is computed; fragments come from shared memory by ldmatrix.
+// steps through units in class order, 8 units per shared-memory stage: the
+// next stage's activations and raw weight blocks arrive by cp.async while the
+// current stage is computed, then the weights are decoded by T::load_block
+// (the matvec's own decoding) into int8 tiles; fragments come from shared
+// memory by ldmatrix.
 // A class has P steps, J = ceil(n_units / 32) rounded up to 1, 2, 4 or a
 // multiple of 8, so that classes end at slots known at compile time (see
 // Walk); steps with u >= n_units load nothing and add +0.0f (a no-op, see
 // compute_slot).
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "backend/cuda/cuda_error.h"
@@ -50,9 +54,9 @@ constexpr int kStageUnits = 8;  // units per shared-memory stage
 constexpr int kThreads = 256;   // 8 warps: 2 along rows x 4 along outputs
 constexpr int kWarpRows = 32, kWarpOut = 16;
 constexpr int kOutputs = 16;    // per thread: 2 (m16) x 2 (n8) x 4
-constexpr int kLoadsPerThread = kStageUnits * kTileRows / kThreads;  // (unit, row) pairs per stage: 2
-static_assert(kTileRows == kTileOut, "one thread loads the same (slot, row) pairs of both operands");
-static_assert(kThreads / kTileRows * kLoadsPerThread == kStageUnits, "the loads cover the stage");
+constexpr int kPiecesPerThread = kStageUnits * kTileRows / kThreads;  // (unit, row) pairs per stage: 2
+static_assert(kTileRows == kTileOut, "one thread decodes the same (slot, row) pairs it stages");
+static_assert(kThreads / kTileRows * kPiecesPerThread == kStageUnits, "the pieces cover the stage");
 
 // 1.5 * 2^23: floats in [2^23, 2^24) are spaced 1 apart, so adding an int in
 // (-2^22, 2^22) to these bits gives the float 1.5 * 2^23 + int exactly.
@@ -64,23 +68,45 @@ constexpr float kMagic = 12582912.0f;
 // all 32 banks once.
 __device__ __forceinline__ int swizzled_half(int row, int half) { return half ^ ((row >> 2) & 1); }
 
-template <bool kHasMin>
-struct Stage {
-  int4 a[kStageUnits][kTileRows][2];  // activation quants, 32 bytes per (unit, row), swizzled halves
-  int4 w[kStageUnits][kTileOut][2];   // weight quants as T::load decodes them, swizzled halves
-  float ad[kStageUnits][kTileRows];
-  float wd[kStageUnits][kTileOut];
-  float as[kHasMin ? kStageUnits : 1][kTileRows];  // Q8_1 s (only with a weight min)
-  float wm[kHasMin ? kStageUnits : 1][kTileOut];
+// The 4-byte words of global memory that cover one weight block (blocks of
+// 18, 22 and 34 bytes sit at 2-byte alignment): kRawWords of them, kept in
+// shared memory at an odd word stride so that lanes on consecutive rows
+// decode without bank conflicts.
+template <typename T>
+struct RawBlock {
+  static constexpr int kWords = T::kBlockBytes % 4 == 0 ? T::kBlockBytes / 4 : (T::kBlockBytes + 2 + 3) / 4;
+  static constexpr int kStride = kWords | 1;
 };
 
-// What one thread loads for the next stage, held in registers while the
-// current stage is computed.
-struct Prefetch {
-  int4 w[kLoadsPerThread][2];
-  int4 a[kLoadsPerThread][2];
-  float wd[kLoadsPerThread], wm[kLoadsPerThread], ad[kLoadsPerThread], as[kLoadsPerThread];
+// Shared memory of one block. Activations arrive by cp.async, double
+// buffered (the next stage lands while this one is computed); weights arrive
+// raw (cp.async of the covering words) and are decoded by T::load_block into
+// `w` between stages, so `raw` and the decoded weights need one buffer each.
+template <typename T>
+struct Smem {
+  static constexpr bool kHasMin = T::kHasMin;
+  int4 a[2][kStageUnits][kTileRows][2];  // activation quants, 32 bytes per (unit, row), swizzled halves
+  int4 w[kStageUnits][kTileOut][2];      // weight quants as T::load decodes them, swizzled halves
+  float ad[2][kStageUnits][kTileRows];
+  float as[2][kHasMin ? kStageUnits : 1][kTileRows];  // Q8_1 s (only with a weight min)
+  float wd[kStageUnits][kTileOut];
+  float wm[kHasMin ? kStageUnits : 1][kTileOut];
+  uint32_t raw[kStageUnits][kTileOut][RawBlock<T>::kStride];
 };
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// Asynchronous global -> shared copies of 4 and 16 bytes; bytes past
+// src_bytes (0..size) are not read and land as zeros.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ int bitrev5(int i) { return static_cast<int>(__brev(static_cast<unsigned>(i)) >> 27); }
 
@@ -166,8 +192,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemm_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units,
                     int stages_per_class, ActivationView x, size_t n_rows, float* __restrict__ y, size_t ld_y) {
   constexpr bool kHasMin = T::kHasMin;
+  constexpr int kRawWords = RawBlock<T>::kWords;
   extern __shared__ int4 smem_raw[];
-  Stage<kHasMin>* stages = reinterpret_cast<Stage<kHasMin>*>(smem_raw);
+  Smem<T>& sm = *reinterpret_cast<Smem<T>*>(smem_raw);
   const Walk<kP> walk{stages_per_class};
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -181,60 +208,77 @@ __global__ void __launch_bounds__(kThreads, 1)
   // block still loads and synchronizes together).
   const bool warp_active = r0 + warp_row < n_rows && n0 + warp_out < n_out;
 
-  // This thread loads row `load_row` of both operands in slots
-  // load_slot0 + i * (kStageUnits / kLoadsPerThread).
-  const int load_row = tid % kTileRows, load_slot0 = tid / kTileRows;
-  const size_t wn = n0 + load_row, ar = r0 + load_row;
-  const uint8_t* wrow = wn < n_out ? w + wn * row_bytes : nullptr;
-  const bool a_ok = ar < n_rows;
-
-  Prefetch pf;
-  auto load = [&](int stage) {
-#pragma unroll
-    for (int i = 0; i < kLoadsPerThread; ++i) {
-      const int slot = load_slot0 + i * (kStageUnits / kLoadsPerThread);
+  // Issues the cp.async copies of stage `stage` (activations into buffer
+  // `buf`, raw weight words into sm.raw) and commits them as one group.
+  // Units past n_units, rows past n_rows and outputs past n_out copy
+  // nothing and read as zeros. Consecutive threads take consecutive 16-byte
+  // halves / 4-byte words of one piece, so a warp's copy touches few lines.
+  // Offsets inside the block's tile are 32-bit (launch_gemm checks 64 rows
+  // of either operand fit); the loops stay rolled so that no per-copy
+  // offsets are kept in registers across the stage.
+  const int8_t* xq_tile = x.q + r0 * k;
+  const uint8_t* w_tile = w + n0 * row_bytes;
+  const size_t w_tile_bytes = (n_out - n0) * row_bytes;  // from w_tile to the end of the matrix
+  const unsigned k32 = static_cast<unsigned>(k), row_bytes32 = static_cast<unsigned>(row_bytes);
+  auto issue = [&](int stage, int buf) {
+#pragma unroll 1
+    for (int i = 0; i < 2 * kPiecesPerThread; ++i) {  // activation quants: 2 halves per (slot, row)
+      const int f = tid + kThreads * i;
+      const int piece = f / 2, half = f % 2;
+      const int slot = piece / kTileRows, row = piece % kTileRows;
       const int u = walk.unit(stage, slot);
-      const bool u_ok = u < n_units;
-      if (u_ok && wrow != nullptr) {
-        typename T::Unit unit;
-        T::load(wrow, u, unit);
-        pf.w[i][0] = make_int4(unit.q[0], unit.q[1], unit.q[2], unit.q[3]);
-        pf.w[i][1] = make_int4(unit.q[4], unit.q[5], unit.q[6], unit.q[7]);
-        pf.wd[i] = unit.d;
-        if constexpr (kHasMin) pf.wm[i] = unit.m;
-      } else {
-        pf.w[i][0] = pf.w[i][1] = make_int4(0, 0, 0, 0);
-        pf.wd[i] = 0.0f;
-        pf.wm[i] = 0.0f;
-      }
-      if (u_ok && a_ok) {
-        const int4* q = reinterpret_cast<const int4*>(x.q + ar * k + 32 * static_cast<size_t>(u));
-        pf.a[i][0] = q[0];
-        pf.a[i][1] = q[1];
-        pf.ad[i] = x.d[ar * units_per_row + u];
-        if constexpr (kHasMin) pf.as[i] = x.s[ar * units_per_row + u];
-      } else {
-        pf.a[i][0] = pf.a[i][1] = make_int4(0, 0, 0, 0);
-        pf.ad[i] = 0.0f;
-        pf.as[i] = 0.0f;
-      }
+      const bool ok = u < n_units && r0 + row < n_rows;
+      const int8_t* src = ok ? xq_tile + (row * k32 + 32u * u + 16u * half) : x.q;
+      cp_async16(&sm.a[buf][slot][row][swizzled_half(row, half)], src, ok ? 16u : 0u);
     }
+#pragma unroll 1
+    for (int i = 0; i < kPiecesPerThread; ++i) {  // activation scales
+      const int f = tid + kThreads * i;
+      const int slot = f / kTileRows, row = f % kTileRows;
+      const int u = walk.unit(stage, slot);
+      const bool ok = u < n_units && r0 + row < n_rows;
+      const size_t at = ok ? (r0 + row) * units_per_row + u : 0;
+      cp_async4(&sm.ad[buf][slot][row], x.d + at, ok ? 4u : 0u);
+      if constexpr (kHasMin) cp_async4(&sm.as[buf][slot][row], x.s + at, ok ? 4u : 0u);
+    }
+#pragma unroll 1
+    for (int i = 0; i < kPiecesPerThread * kRawWords; ++i) {  // raw weight words
+      const int f = tid + kThreads * i;
+      const int piece = f / kRawWords, word = f % kRawWords;
+      const int slot = piece / kTileOut, row = piece % kTileOut;
+      const int u = walk.unit(stage, slot);
+      const bool ok = u < n_units && n0 + row < n_out;
+      const unsigned at = ((row * row_bytes32 + T::kBlockBytes * static_cast<unsigned>(u)) & ~3u) + 4u * word;
+      // A block's covering words start inside the matrix; the last one may
+      // run past its end (a block ending 2 bytes into a word).
+      const unsigned bytes = !ok ? 0u : (w_tile_bytes - at >= 4 ? 4u : static_cast<unsigned>(w_tile_bytes - at));
+      cp_async4(&sm.raw[slot][row][word], ok ? w_tile + at : w, bytes);
+    }
+    cp_async_commit();
   };
-  const int half0 = swizzled_half(load_row, 0), half1 = swizzled_half(load_row, 1);
-  auto store = [&](Stage<kHasMin>& st) {
+  // Decodes the raw weights of stage `stage` (landed in sm.raw) into sm.w,
+  // sm.wd, sm.wm: T::load_block on the block inside its covering words.
+  auto decode = [&](int stage) {
 #pragma unroll
-    for (int i = 0; i < kLoadsPerThread; ++i) {
-      const int slot = load_slot0 + i * (kStageUnits / kLoadsPerThread);
-      st.w[slot][load_row][half0] = pf.w[i][0];
-      st.w[slot][load_row][half1] = pf.w[i][1];
-      st.a[slot][load_row][half0] = pf.a[i][0];
-      st.a[slot][load_row][half1] = pf.a[i][1];
-      st.wd[slot][load_row] = pf.wd[i];
-      st.ad[slot][load_row] = pf.ad[i];
-      if constexpr (kHasMin) {
-        st.wm[slot][load_row] = pf.wm[i];
-        st.as[slot][load_row] = pf.as[i];
+    for (int i = 0; i < kPiecesPerThread; ++i) {
+      const int f = tid + kThreads * i;
+      const int slot = f / kTileOut, row = f % kTileOut;
+      const int u = walk.unit(stage, slot);
+      const size_t n = n0 + row;
+      typename T::Unit unit;
+      if (u < n_units && n < n_out) {
+        const unsigned at = row * row_bytes32 + T::kBlockBytes * static_cast<unsigned>(u);
+        T::load_block(reinterpret_cast<const uint8_t*>(sm.raw[slot][row]) + (at & 3u), unit);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) unit.q[q] = 0;
+        unit.d = 0.0f;
+        if constexpr (kHasMin) unit.m = 0.0f;
       }
+      sm.w[slot][row][swizzled_half(row, 0)] = make_int4(unit.q[0], unit.q[1], unit.q[2], unit.q[3]);
+      sm.w[slot][row][swizzled_half(row, 1)] = make_int4(unit.q[4], unit.q[5], unit.q[6], unit.q[7]);
+      sm.wd[slot][row] = unit.d;
+      if constexpr (kHasMin) sm.wm[slot][row] = unit.m;
     }
   };
 
@@ -264,34 +308,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   // One slot of the stage: the unit's 4 MMAs and the float terms of the 16
   // outputs, then (kP < 8, a class ending here that is not the stage's
   // last) its push at a compile-time level. Slots of units past n_units hold
-  // zero quants and scales (the loader's fill), so their terms are +0.0f,
-  // and acc + 0.0f is acc: acc starts at +0.0f and a round-to-nearest sum is
-  // -0.0f only when both addends are, so acc is never -0.0f. Computing them
-  // keeps the slots free of branches, so the compiler overlaps one slot's
-  // ldmatrix and MMA latency with the next's.
-  auto compute_slot = [&]<int kSlot>(const Stage<kHasMin>& st) {
+  // zero quants and scales (the copies' zero fill, decode's zeros), so their
+  // terms are +0.0f, and acc + 0.0f is acc: acc starts at +0.0f and a
+  // round-to-nearest sum is -0.0f only when both addends are, so acc is never
+  // -0.0f. Computing them keeps the slots free of branches, so the compiler
+  // overlaps one slot's ldmatrix and MMA latency with the next's.
+  auto compute_slot = [&]<int kSlot>(int buf) {
     int a[2][4], b[4];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &st.a[kSlot][a_row[mi]][a_half[mi]]);
-    ldmatrix_x4(b, &st.w[kSlot][b_row][b_half]);
+    for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &sm.a[buf][kSlot][a_row[mi]][a_half[mi]]);
+    ldmatrix_x4(b, &sm.w[kSlot][b_row][b_half]);
     float ad[2][2], as[2][2], wd[2][2], wm[2][2];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = warp_row + 16 * mi + g + 8 * h;
-        ad[mi][h] = st.ad[kSlot][row];
-        as[mi][h] = kHasMin ? st.as[kSlot][row] : 0.0f;
+        ad[mi][h] = sm.ad[buf][kSlot][row];
+        as[mi][h] = kHasMin ? sm.as[buf][kSlot][row] : 0.0f;
       }
     }
 #pragma unroll
     for (int ni = 0; ni < 2; ++ni) {
       const int col = warp_out + 8 * ni + 2 * t;
-      const float2 d2 = *reinterpret_cast<const float2*>(&st.wd[kSlot][col]);
+      const float2 d2 = *reinterpret_cast<const float2*>(&sm.wd[kSlot][col]);
       wd[ni][0] = d2.x;
       wd[ni][1] = d2.y;
       if constexpr (kHasMin) {
-        const float2 m2 = *reinterpret_cast<const float2*>(&st.wm[kSlot][col]);
+        const float2 m2 = *reinterpret_cast<const float2*>(&sm.wm[kSlot][col]);
         wm[ni][0] = m2.x;
         wm[ni][1] = m2.y;
       } else {
@@ -321,23 +365,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   };
-  auto compute_stage = [&]<int... kSlots>(std::integer_sequence<int, kSlots...>, const Stage<kHasMin>& st) {
-    (compute_slot.template operator()<kSlots>(st), ...);
+  auto compute_stage = [&]<int... kSlots>(std::integer_sequence<int, kSlots...>, int buf) {
+    (compute_slot.template operator()<kSlots>(buf), ...);
   };
 
-  load(0);
-  store(stages[0]);
+  issue(0, 0);
+  cp_async_wait_all();
+  __syncthreads();
+  decode(0);
   __syncthreads();
   for (int s = 0; s < n_stages; ++s) {
-    if (s + 1 < n_stages) load(s + 1);
-    if (warp_active) compute_stage(std::make_integer_sequence<int, kStageUnits>{}, stages[s % 2]);
+    const bool more = s + 1 < n_stages;
+    if (more) issue(s + 1, (s + 1) % 2);
+    if (warp_active) compute_stage(std::make_integer_sequence<int, kStageUnits>{}, s % 2);
     // The stage's last class ends here (kP == 8: when this is its last stage).
     if (kP < 8 || s % walk.stages_per_class == walk.stages_per_class - 1) {
       const int cls = kP < 8 ? (s + 1) * Walk<kP>::kClassesPerStage - 1 : s / walk.stages_per_class;
       push_leaf_at(__ffs(~cls) - 1, acc, stack);
     }
-    if (s + 1 < n_stages) store(stages[(s + 1) % 2]);
-    __syncthreads();
+    if (more) {
+      // Every warp is done with sm.w and this stage's activations; the next
+      // stage's copies have landed (each thread waits for its own, the
+      // barrier for everyone's).
+      cp_async_wait_all();
+      __syncthreads();
+      decode(s + 1);
+      __syncthreads();
+    }
   }
 
   // acc now holds each output's total (the last leaf merged every level).
@@ -360,7 +414,7 @@ void launch_gemm_walk(const void* w, size_t n_out, const ActivationView& x, size
                       int stages_per_class, cudaStream_t stream) {
   const size_t row_bytes = x.k / T::kBlockElems * T::kBlockBytes;
   const int n_units = static_cast<int>(x.k / 32);
-  constexpr size_t kSmem = 2 * sizeof(Stage<T::kHasMin>);
+  constexpr size_t kSmem = sizeof(Smem<T>);
   // Over the 48 KiB default: opt in once per instantiation (thread-safe
   // static initialization; the backend runs on device 0 only, and the
   // attribute belongs to the function, not to a stream).
@@ -405,22 +459,31 @@ bool has_gemm_mma(DType type) {
   }
 }
 
-void gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
+bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
               void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  if (n_rows == 0 || n_out == 0) return;
+  if (!has_gemm_mma(type)) return false;
   if (x.format != activation_format(type) || x.k % 32 != 0) {
     throw InternalError(std::string("[cuda gemm_mma] ") + dtype_info(type).name + " weights need " +
                         activation_format_name(activation_format(type)) + " activations of a 32-multiple length");
   }
+  // The copies move whole 4-byte weight words and 16-byte activation halves
+  // (weights at an odd 2-byte offset, e.g. a slice of a matrix, are left to
+  // the matvec tiles).
+  if (reinterpret_cast<uintptr_t>(w) % 4 != 0 || reinterpret_cast<uintptr_t>(x.q) % 16 != 0) return false;
+  // The kernel's offsets inside a 64-row tile of either operand are 32-bit.
+  const size_t row_bytes = x.k / dtype_info(type).block_elems * dtype_info(type).block_bytes;
+  if (kTileRows * std::max(row_bytes, x.k) >= (size_t{1} << 32)) return false;
+  if (n_rows == 0 || n_out == 0) return true;
   switch (type) {
     case DType::Q4_0: launch_gemm<TypeQ4_0>(w, n_out, x, n_rows, y, ld_y, stream); break;
     case DType::Q4_1: launch_gemm<TypeQ4_1>(w, n_out, x, n_rows, y, ld_y, stream); break;
     case DType::Q5_0: launch_gemm<TypeQ5_0>(w, n_out, x, n_rows, y, ld_y, stream); break;
     case DType::Q5_1: launch_gemm<TypeQ5_1>(w, n_out, x, n_rows, y, ld_y, stream); break;
     case DType::Q8_0: launch_gemm<TypeQ8_0>(w, n_out, x, n_rows, y, ld_y, stream); break;
-    default: throw InternalError(std::string("[cuda gemm_mma] no int8 MMA kernel for ") + dtype_info(type).name);
+    default: return false;
   }
+  return true;
 }
 
 }  // namespace muser::cuda

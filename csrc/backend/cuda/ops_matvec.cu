@@ -98,10 +98,7 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
   if (x.k % 32 != 0 || x.k % dtype_info(type).block_elems != 0) {
     throw InternalError("[cuda matvec] row length " + std::to_string(x.k) + " is not a block multiple");
   }
-  if (n_rows >= kGemmMinRows && has_gemm_mma(type)) {
-    gemm_mma(type, w, n_out, x, n_rows, y, ld_y, stream);
-    return;
-  }
+  if (n_rows >= kGemmMinRows && gemm_mma(type, w, n_out, x, n_rows, y, ld_y, stream)) return;
   const bool ok = dispatch_type(type, [&]<typename T>() {
     // Decode groups get a tile of exactly their row count; longer batches
     // walk tiles of kPrefillTileRows. Every variant computes a row the same way.

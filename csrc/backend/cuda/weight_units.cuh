@@ -6,6 +6,8 @@
 //   T::kBlockElems, T::kBlockBytes, T::kFormat (its activation format)
 //   T::Unit               the unit's integer quants (8 words of 4 int8) and scales
 //   T::load(row, u, unit) decodes unit u of a weight row
+//                         (32-element types: load_block(block, unit), the same
+//                         from the block's address)
 //   T::dot(unit, act, r, u) the unit's contribution to row r's dot product:
 //                         integer sums (exact, any order) times float scales
 //   T::dequant(row, u, j) element j of unit u as the reference dequantizes it
@@ -59,8 +61,8 @@ struct TypeQ4_0 {
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
   static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -92,8 +94,8 @@ struct TypeQ4_1 {
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_1;
   static constexpr bool kHasMin = true;
   struct Unit { int q[8]; float d, m; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
     w.m = f16_bits_to_f32(load_u16(b + 2));
 #pragma unroll
@@ -125,8 +127,8 @@ struct TypeQ5_0 {
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
   static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
     const uint32_t qh = load_u32_a2(b + 2);
 #pragma unroll
@@ -161,8 +163,8 @@ struct TypeQ5_1 {
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_1;
   static constexpr bool kHasMin = true;
   struct Unit { int q[8]; float d, m; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
     w.m = f16_bits_to_f32(load_u16(b + 2));
     const uint32_t qh = load_u32_a4(b + 4);
@@ -196,8 +198,8 @@ struct TypeQ8_0 {
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
   static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
 #pragma unroll
     for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>(load_u32_a2(b + 2 + 4 * i));
