@@ -2,7 +2,7 @@
 # Issue 11's whole target table on the device host's CPU (16-core Xeon), muser beside llama.cpp,
 # random-weight real shapes, in two device calls of under 10 minutes each:
 #   bash benchmarks/device/cpu_full_table.sh small   # smollm2 Q4_0/Q4_1/Q8_0, llama-1b Q4_0/Q4_K/Q6_K at 4 and 16 threads
-#   bash benchmarks/device/cpu_full_table.sh big     # llama3-8b Q4_0 and Q4_K at 16 threads, then thread scaling
+#   bash benchmarks/device/cpu_full_table.sh big     # read bandwidth, llama3-8b Q4_0 and Q4_K at 16 threads, thread scaling
 # Run from the repository root, carrying `.device` (../shared/tools/device/README.md says how to fill it) and
 # the pure-Python packages the device image lacks (jinja2, markupsafe, platformdirs, tqdm, gguf) in $PYLIB
 # (default .cudawork/lead/pylib). Each part skips what a warm machine already built (llama.cpp, muser, models).
@@ -21,6 +21,11 @@ gen_models $specs &
 build_muser_cpu "build-$part.log" || exit 1
 export PYTHONPATH="$root/src:$root:$lib"
 wait; log "muser, llama.cpp and models ready"
+if [ "$part" = big ]; then
+  log "read bandwidth (benchmarks/device/read_bandwidth.c): the ceiling of a decode step's bytes per second"
+  gcc -O2 -march=native -fopenmp benchmarks/device/read_bandwidth.c -o "$w/read_bandwidth" &&
+    timeout 60 "$w/read_bandwidth" 4 1,2,4,8,16 2>&1 | tee -a "$res"
+fi
 
 for s in $specs; do
   f="$w/${s%%:*}-${s##*:}.gguf"; name=$(basename "$f" .gguf)
