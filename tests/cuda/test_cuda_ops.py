@@ -46,7 +46,7 @@ def test_a_matvec_row_is_bitwise_the_same_alone_in_any_group_and_in_prefill_tile
     n_out = 96
     raw = random_matrix(qtype, k, n_out, rng)
     x = rng.standard_normal((13, k)).astype(np.float32)
-    everything = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # tiles of 8
+    everything = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # the tensor-core GEMM or tiles of 8
     for r in range(13):
         alone = t.cuda_matvec(id_of(qtype), raw, n_out, x[r:r + 1])
         assert np.array_equal(alone[0], everything[r])
