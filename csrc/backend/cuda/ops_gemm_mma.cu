@@ -54,9 +54,7 @@ constexpr int kStageUnits = 8;  // units per shared-memory stage
 constexpr int kThreads = 256;   // 8 warps: 2 along rows x 4 along outputs
 constexpr int kWarpRows = 32, kWarpOut = 16;
 constexpr int kOutputs = 16;    // per thread: 2 (m16) x 2 (n8) x 4
-constexpr int kPiecesPerThread = kStageUnits * kTileRows / kThreads;  // (unit, row) pairs per stage: 2
-static_assert(kTileRows == kTileOut, "one thread decodes the same (slot, row) pairs it stages");
-static_assert(kThreads / kTileRows * kPiecesPerThread == kStageUnits, "the pieces cover the stage");
+static_assert(kTileRows % 32 == 0 && kTileOut % 32 == 0, "a warp stages whole rows of 32 lanes");
 
 // 1.5 * 2^23: floats in [2^23, 2^24) are spaced 1 apart, so adding an int in
 // (-2^22, 2^22) to these bits gives the float 1.5 * 2^23 + int exactly.
@@ -208,77 +206,77 @@ __global__ void __launch_bounds__(kThreads, 1)
   // block still loads and synchronizes together).
   const bool warp_active = r0 + warp_row < n_rows && n0 + warp_out < n_out;
 
-  // Issues the cp.async copies of stage `stage` (activations into buffer
-  // `buf`, raw weight words into sm.raw) and commits them as one group.
-  // Units past n_units, rows past n_rows and outputs past n_out copy
-  // nothing and read as zeros. Consecutive threads take consecutive 16-byte
-  // halves / 4-byte words of one piece, so a warp's copy touches few lines.
-  // Offsets inside the block's tile are 32-bit (launch_gemm checks 64 rows
-  // of either operand fit); the loops stay rolled so that no per-copy
-  // offsets are kept in registers across the stage.
+  // Warp w stages slot w of every stage: the unit walk.unit(stage, w) of
+  // all 64 rows of both operands, so a warp agrees on its unit and its lanes
+  // take consecutive 16-byte activation halves and consecutive 4-byte words
+  // of the raw weight blocks of consecutive rows (few lines per copy).
+  static_assert(kThreads / 32 == kStageUnits, "one warp per slot");
   const int8_t* xq_tile = x.q + r0 * k;
   const uint8_t* w_tile = w + n0 * row_bytes;
-  const size_t w_tile_bytes = (n_out - n0) * row_bytes;  // from w_tile to the end of the matrix
   const unsigned k32 = static_cast<unsigned>(k), row_bytes32 = static_cast<unsigned>(row_bytes);
+  const int my_slot = warp;
+
+  // Issues the cp.async copies of this warp's slot of stage `stage`
+  // (activations into buffer `buf`, raw weight words into sm.raw) and
+  // commits them as one group. Units past n_units, rows past n_rows and
+  // outputs past n_out copy nothing and read as zeros. Offsets inside the
+  // block's tile are 32-bit (gemm_mma checks that 64 rows of either operand
+  // fit).
   auto issue = [&](int stage, int buf) {
-#pragma unroll 1
-    for (int i = 0; i < 2 * kPiecesPerThread; ++i) {  // activation quants: 2 halves per (slot, row)
-      const int f = tid + kThreads * i;
-      const int piece = f / 2, half = f % 2;
-      const int slot = piece / kTileRows, row = piece % kTileRows;
-      const int u = walk.unit(stage, slot);
-      const bool ok = u < n_units && r0 + row < n_rows;
+    const int u = walk.unit(stage, my_slot);
+    const bool unit_ok = u < n_units;
+#pragma unroll
+    for (int j = 0; j < 2 * kTileRows / 32; ++j) {  // activation quants: (row, half) pairs
+      const int row = lane / 2 + 16 * j, half = lane % 2;
+      const bool ok = unit_ok && r0 + row < n_rows;
       const int8_t* src = ok ? xq_tile + (row * k32 + 32u * u + 16u * half) : x.q;
-      cp_async16(&sm.a[buf][slot][row][swizzled_half(row, half)], src, ok ? 16u : 0u);
+      cp_async16(&sm.a[buf][my_slot][row][swizzled_half(row, half)], src, ok ? 16u : 0u);
     }
-#pragma unroll 1
-    for (int i = 0; i < kPiecesPerThread; ++i) {  // activation scales
-      const int f = tid + kThreads * i;
-      const int slot = f / kTileRows, row = f % kTileRows;
-      const int u = walk.unit(stage, slot);
-      const bool ok = u < n_units && r0 + row < n_rows;
+#pragma unroll
+    for (int j = 0; j < kTileRows / 32; ++j) {  // activation scales
+      const int row = lane + 32 * j;
+      const bool ok = unit_ok && r0 + row < n_rows;
       const size_t at = ok ? (r0 + row) * units_per_row + u : 0;
-      cp_async4(&sm.ad[buf][slot][row], x.d + at, ok ? 4u : 0u);
-      if constexpr (kHasMin) cp_async4(&sm.as[buf][slot][row], x.s + at, ok ? 4u : 0u);
+      cp_async4(&sm.ad[buf][my_slot][row], x.d + at, ok ? 4u : 0u);
+      if constexpr (kHasMin) cp_async4(&sm.as[buf][my_slot][row], x.s + at, ok ? 4u : 0u);
     }
-#pragma unroll 1
-    for (int i = 0; i < kPiecesPerThread * kRawWords; ++i) {  // raw weight words
-      const int f = tid + kThreads * i;
-      const int piece = f / kRawWords, word = f % kRawWords;
-      const int slot = piece / kTileOut, row = piece % kTileOut;
-      const int u = walk.unit(stage, slot);
-      const bool ok = u < n_units && n0 + row < n_out;
-      const unsigned at = ((row * row_bytes32 + T::kBlockBytes * static_cast<unsigned>(u)) & ~3u) + 4u * word;
-      // A block's covering words start inside the matrix; the last one may
-      // run past its end (a block ending 2 bytes into a word).
-      const unsigned bytes = !ok ? 0u : (w_tile_bytes - at >= 4 ? 4u : static_cast<unsigned>(w_tile_bytes - at));
-      cp_async4(&sm.raw[slot][row][word], ok ? w_tile + at : w, bytes);
+    const unsigned unit_at = T::kBlockBytes * static_cast<unsigned>(u);
+#pragma unroll
+    for (int j = 0; j < kTileOut * kRawWords / 32; ++j) {  // raw weight words: (row, word) pairs
+      const int e = lane + 32 * j;
+      const int row = e / kRawWords, word = e % kRawWords;
+      const bool ok = unit_ok && n0 + row < n_out;
+      // Covering words stay inside the matrix: it starts and (gemm_mma
+      // checks) ends 4-byte aligned.
+      const unsigned at = ((row * row_bytes32 + unit_at) & ~3u) + 4u * word;
+      cp_async4(&sm.raw[my_slot][row][word], ok ? w_tile + at : w, ok ? 4u : 0u);
     }
     cp_async_commit();
   };
-  // Decodes the raw weights of stage `stage` (landed in sm.raw) into sm.w,
-  // sm.wd, sm.wm: T::load_block on the block inside its covering words.
+  static_assert(kTileOut * RawBlock<T>::kWords % 32 == 0, "whole warps of raw words");
+  // Decodes the raw weights of this warp's slot of stage `stage` (landed in
+  // sm.raw) into sm.w, sm.wd, sm.wm: T::load_block on the block inside its
+  // covering words.
   auto decode = [&](int stage) {
+    const int u = walk.unit(stage, my_slot);
+    const unsigned unit_at = T::kBlockBytes * static_cast<unsigned>(u);
 #pragma unroll
-    for (int i = 0; i < kPiecesPerThread; ++i) {
-      const int f = tid + kThreads * i;
-      const int slot = f / kTileOut, row = f % kTileOut;
-      const int u = walk.unit(stage, slot);
-      const size_t n = n0 + row;
+    for (int j = 0; j < kTileOut / 32; ++j) {
+      const int row = lane + 32 * j;
       typename T::Unit unit;
-      if (u < n_units && n < n_out) {
-        const unsigned at = row * row_bytes32 + T::kBlockBytes * static_cast<unsigned>(u);
-        T::load_block(reinterpret_cast<const uint8_t*>(sm.raw[slot][row]) + (at & 3u), unit);
+      if (u < n_units && n0 + row < n_out) {
+        const unsigned at = row * row_bytes32 + unit_at;
+        T::load_block(reinterpret_cast<const uint8_t*>(sm.raw[my_slot][row]) + (at & 3u), unit);
       } else {
 #pragma unroll
         for (int q = 0; q < 8; ++q) unit.q[q] = 0;
         unit.d = 0.0f;
         if constexpr (kHasMin) unit.m = 0.0f;
       }
-      sm.w[slot][row][swizzled_half(row, 0)] = make_int4(unit.q[0], unit.q[1], unit.q[2], unit.q[3]);
-      sm.w[slot][row][swizzled_half(row, 1)] = make_int4(unit.q[4], unit.q[5], unit.q[6], unit.q[7]);
-      sm.wd[slot][row] = unit.d;
-      if constexpr (kHasMin) sm.wm[slot][row] = unit.m;
+      sm.w[my_slot][row][swizzled_half(row, 0)] = make_int4(unit.q[0], unit.q[1], unit.q[2], unit.q[3]);
+      sm.w[my_slot][row][swizzled_half(row, 1)] = make_int4(unit.q[4], unit.q[5], unit.q[6], unit.q[7]);
+      sm.wd[my_slot][row] = unit.d;
+      if constexpr (kHasMin) sm.wm[my_slot][row] = unit.m;
     }
   };
 
@@ -467,12 +465,16 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
     throw InternalError(std::string("[cuda gemm_mma] ") + dtype_info(type).name + " weights need " +
                         activation_format_name(activation_format(type)) + " activations of a 32-multiple length");
   }
-  // The copies move whole 4-byte weight words and 16-byte activation halves
-  // (weights at an odd 2-byte offset, e.g. a slice of a matrix, are left to
+  // The copies move whole 4-byte words of the weights and 16-byte halves of
+  // activation blocks: the matrix must start and end 4-byte aligned (a slice
+  // at an odd 2-byte offset, or an odd number of odd-length rows, is left to
   // the matvec tiles).
-  if (reinterpret_cast<uintptr_t>(w) % 4 != 0 || reinterpret_cast<uintptr_t>(x.q) % 16 != 0) return false;
-  // The kernel's offsets inside a 64-row tile of either operand are 32-bit.
   const size_t row_bytes = x.k / dtype_info(type).block_elems * dtype_info(type).block_bytes;
+  if (reinterpret_cast<uintptr_t>(w) % 4 != 0 || (n_out * row_bytes) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(x.q) % 16 != 0) {
+    return false;
+  }
+  // The kernel's offsets inside a 64-row tile of either operand are 32-bit.
   if (kTileRows * std::max(row_bytes, x.k) >= (size_t{1} << 32)) return false;
   if (n_rows == 0 || n_out == 0) return true;
   switch (type) {
