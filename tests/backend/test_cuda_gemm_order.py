@@ -8,8 +8,9 @@ warp_sum adds lanes with xor offsets 16, 8, 4, 2, 1. The GEMM: classes i = 0..31
 (lane bitrev5(i)), each summed the same way, pushed as leaf i onto a 5-level
 pairwise stack that merges as many levels as i has trailing ones; the walk goes
 in stages of K_STAGE_UNITS slots, J = ceil(n_units / 32) steps per class padded
-to 1, 2, 4 or a multiple of 8 (Walk<kP>), padding steps adding +0.0f. Also the int -> float conversion through the 1.5 * 2^23
-magic bits the GEMM uses instead of I2F.
+to 1, 2, 4 or a multiple of 8 (Walk<kP>), padding steps adding +0.0f. Also the
+int -> float conversion through the 1.5 * 2^23 magic bits the GEMM uses instead
+of I2F.
 """
 
 from __future__ import annotations

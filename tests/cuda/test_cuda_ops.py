@@ -149,6 +149,17 @@ def test_the_gemm_keeps_infinities_and_extreme_blocks_like_the_matvec():
     assert not np.all(np.isfinite(gemm[2]))
 
 
+def test_a_matrix_ending_off_a_4_byte_boundary_takes_the_matvec_tiles():
+    # 37 rows of 33 Q4_0 blocks end 2 bytes past a word: the GEMM copies whole
+    # words, so matvec() keeps such a matrix on the tiles (same bits), and the
+    # GEMM itself refuses it.
+    raw, x = _gemm_case(GT.Q4_0, (9, 37, 33 * 32), seed=4)
+    y = t.cuda_matvec(id_of(GT.Q4_0), raw, 37, x)
+    assert y.tobytes() == t.cuda_matvec(id_of(GT.Q4_0), raw, 37, x, group_rows=1).tobytes()
+    with pytest.raises(ValueError, match="refused"):
+        t.cuda_gemm_mma(id_of(GT.Q4_0), raw, 37, x)
+
+
 def test_the_gemm_refuses_types_without_a_kernel():
     raw, x = _gemm_case(GT.Q4_K, (8, 16, 256), seed=0)
     with pytest.raises(ValueError, match="no tensor-core GEMM"):

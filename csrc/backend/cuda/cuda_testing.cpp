@@ -100,7 +100,8 @@ std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, siz
   auto run = [&] {
     if (path == MatmulPath::Gemm) {
       if (!cuda::gemm_mma(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get())) {
-        throw InternalError("[cuda testing] the tensor-core GEMM refused aligned device buffers");
+        throw InvalidArgument(
+            "[cuda testing] the tensor-core GEMM refused this matrix (it must start and end 4-byte aligned)");
       }
     } else if (group_rows == 0) {
       cuda::matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get());
