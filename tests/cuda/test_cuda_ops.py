@@ -104,8 +104,11 @@ def _check_gemm(qtype: GT, shape: tuple[int, int, int], seed: int) -> None:
     assert dispatched.tobytes() == gemm.tobytes()
     groups = t.cuda_matvec(id_of(qtype), raw, n_out, x, group_rows=4)
     assert groups.tobytes() == gemm.tobytes()
-    ref, tol = _dequantized_reference(qtype, raw, n_out, x)
-    err = np.abs(gemm.astype(np.float64) - ref)
+    # The float reference on at most 64 of the rows (every row is checked
+    # bitwise above; a float64 product of 512 x 4096 x 14336 is slow).
+    sel = np.arange(0, n_rows, max(1, n_rows // 64))
+    ref, tol = _dequantized_reference(qtype, raw, n_out, np.ascontiguousarray(x[sel]))
+    err = np.abs(gemm[sel].astype(np.float64) - ref)
     assert np.all(err <= tol), float(np.max(err / tol))
 
 
