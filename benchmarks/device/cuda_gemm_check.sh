@@ -8,10 +8,11 @@
 # later phases still run):
 #   build    cmake + ninja (CUDA ON, sm_90) into build/cuda; meanwhile the random-weight llama3-8b and
 #            smollm2-135m Q4_0 models are written
-#   gemm     the GEMM tests of tests/cuda/test_cuda_ops.py (bitwise the matvec row by row, float reference)
-#   gbench   benchmarks/bench_cuda_gemm.py: us per llama3-8b matrix at 512 and 64 rows
-#   engine   tests/cuda/test_cuda_engine.py less its llama3-8b Q4_K cell (parity, batch/chunk invariance)
+#   gemm     the GEMM and matvec tests of tests/cuda/test_cuda_ops.py (bitwise the matvec row by row,
+#            float reference)
 #   bench    benchmarks/bench_cuda.py on llama3-8b Q4_0 and smollm2 (pp512 beside decode)
+#   engine   tests/cuda/test_cuda_engine.py less its llama3-8b Q4_K cell (parity, batch/chunk invariance)
+#   gbench   benchmarks/bench_cuda_gemm.py: us per llama3-8b matrix at 512 and 64 rows
 #   ops      the rest of tests/cuda/test_cuda_ops.py
 #   profile  benchmarks/bench_cuda_step_profile.py, prefill 512 of llama3-8b Q4_0
 # Results: $OUT/results.txt, build.log, gemm.xml, engine.xml, ops.xml; non-zero exit on failure.
@@ -53,22 +54,22 @@ timeout "$(cap 90)" python3 -m pytest tests/cuda/test_cuda_ops.py -q -p no:cache
   -k "gemm or matvec" --junitxml="$out/gemm.xml" 2>&1 | tail -40 | tee -a "$out/results.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "GEMM TESTS FAILED (or timed out)"; }
 
-log "bench_cuda_gemm.py (us per call; 301 ms of matvec tiles per pp512 before)"
-timeout "$(cap 30)" python3 -u benchmarks/bench_cuda_gemm.py --rows 512,64 --types Q4_0,Q4_K 2>&1 | \
-  tee -a "$out/results.txt"
-
 wait $gen || { log "model generation failed:"; tail -5 "$out/gen.log" | tee -a "$out/results.txt"; }
 bench_dir=/tmp/muser-bench; mkdir -p "$bench_dir"
 for m in smollm2-135m-Q4_0 llama3-8b-Q4_0; do ln -sf "$models/spread-$m.gguf" "$bench_dir/$m.gguf"; done
+
+log "bench_cuda.py (llama.cpp: llama3-8b Q4_0 pp512 ~11000; before this GEMM 1540)"
+timeout "$(cap 60)" python3 -u benchmarks/bench_cuda.py "$bench_dir/llama3-8b-Q4_0.gguf" \
+  "$bench_dir/smollm2-135m-Q4_0.gguf" 2>&1 | tee -a "$out/results.txt"
 
 log "engine tests"
 timeout "$(cap 80)" python3 -m pytest tests/cuda/test_cuda_engine.py -q -p no:cacheprovider -rf --maxfail=30 \
   -k "not llama3" --junitxml="$out/engine.xml" 2>&1 | tail -40 | tee -a "$out/results.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "ENGINE TESTS FAILED (or timed out)"; }
 
-log "bench_cuda.py (llama.cpp: llama3-8b Q4_0 pp512 ~11000; before this GEMM 1540)"
-timeout "$(cap 60)" python3 -u benchmarks/bench_cuda.py "$bench_dir/llama3-8b-Q4_0.gguf" \
-  "$bench_dir/smollm2-135m-Q4_0.gguf" 2>&1 | tee -a "$out/results.txt"
+log "bench_cuda_gemm.py (us per call; 301 ms of matvec tiles per pp512 before)"
+timeout "$(cap 30)" python3 -u benchmarks/bench_cuda_gemm.py --rows 512,64 --types Q4_0,Q4_K 2>&1 | \
+  tee -a "$out/results.txt"
 
 log "other ops tests"
 timeout "$(cap 75)" python3 -m pytest tests/cuda/test_cuda_ops.py -q -p no:cacheprovider -rf --maxfail=30 \
