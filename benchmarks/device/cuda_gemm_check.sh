@@ -12,7 +12,8 @@
 #            float reference)
 #   bench    benchmarks/bench_cuda.py on llama3-8b Q4_0 and smollm2 (pp512 beside decode)
 #   engine   tests/cuda/test_cuda_engine.py less its llama3-8b Q4_K cell (parity, batch/chunk invariance)
-#   gbench   benchmarks/bench_cuda_gemm.py: us per llama3-8b matrix at 512 and 64 rows
+#   gbench   benchmarks/bench_cuda_gemm.py: us per llama3-8b matrix at 512, 64, 16 and 8 rows (GEMM vs
+#            decode groups of 4)
 #   ops      the rest of tests/cuda/test_cuda_ops.py
 #   profile  benchmarks/bench_cuda_step_profile.py, prefill 512 of llama3-8b Q4_0
 # Results: $OUT/results.txt, build.log, gemm.xml, engine.xml, ops.xml; non-zero exit on failure.
@@ -68,7 +69,7 @@ timeout "$(cap 80)" python3 -m pytest tests/cuda/test_cuda_engine.py -q -p no:ca
 [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "ENGINE TESTS FAILED (or timed out)"; }
 
 log "bench_cuda_gemm.py (us per call; 301 ms of matvec tiles per pp512 before)"
-timeout "$(cap 30)" python3 -u benchmarks/bench_cuda_gemm.py --rows 512,64 --types Q4_0,Q4_K 2>&1 | \
+timeout "$(cap 40)" python3 -u benchmarks/bench_cuda_gemm.py --rows 512,64,16,8 --types Q4_0,Q4_K 2>&1 | \
   tee -a "$out/results.txt"
 
 log "other ops tests"

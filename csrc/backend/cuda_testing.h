@@ -27,9 +27,10 @@ std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, 
 // The same product through the tensor-core GEMM itself at any row count
 // (types with an int8 MMA kernel only; others throw InvalidArgument).
 std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
-// Mean microseconds of the matvec call (as the backend makes it) over `reps`
-// runs back to back on one stream, activations already quantized.
-double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows, int reps);
+// Mean microseconds of matvec(..., group_rows) over `reps` runs back to back
+// on one stream, activations already quantized.
+double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                      size_t group_rows, int reps);
 
 // The device activation layout of quantize_activations, per row.
 struct QuantizedRows {

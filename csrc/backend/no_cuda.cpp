@@ -19,7 +19,7 @@ namespace {
 
 std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t) { unavailable("matvec"); }
 std::vector<float> gemm_mma(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("gemm_mma"); }
-double matvec_time_us(DType, const uint8_t*, size_t, size_t, const float*, size_t, int) {
+double matvec_time_us(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t, int) {
   unavailable("matvec_time_us");
 }
 QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }

@@ -122,16 +122,17 @@ void bind_testing_cuda(nb::module_& m) {
       "Q8_0; other types, and matrices not starting and ending 4-byte aligned, raise ValueError).");
   m.def(
       "cuda_matvec_time_us",
-      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int reps) {
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, size_t group_rows, int reps) {
         const DType type = dtype_of(type_id);
         const size_t n_rows = x.shape(0), k = x.shape(1);
         check_weight_bytes(type, k, n_out, w.shape(0));
         nb::gil_scoped_release release;
-        return cuda_testing::matvec_time_us(type, w.data(), n_out, k, x.data(), n_rows, reps);
+        return cuda_testing::matvec_time_us(type, w.data(), n_out, k, x.data(), n_rows, group_rows, reps);
       },
-      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("reps") = 20,
-      "Mean microseconds of cuda_matvec's one call (the tensor-core GEMM from 5 rows on for its types), "
-      "over `reps` back-to-back runs with the activations already quantized.");
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("group_rows") = 0,
+      nb::arg("reps") = 20,
+      "Mean microseconds of cuda_matvec(..., group_rows) (0: one call, the tensor-core GEMM from 5 rows on "
+      "for its types; 1..4: decode groups) over `reps` back-to-back runs, activations already quantized.");
   m.def(
       "cuda_quantize",
       [](const std::string& format_name, const Floats2D& x) {

@@ -144,10 +144,11 @@ std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k
   return run_matmul(MatmulPath::Gemm, type, w, n_out, k, x, n_rows, 0);
 }
 
-double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows, int reps) {
+double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                      size_t group_rows, int reps) {
   if (reps <= 0) throw InvalidArgument("[cuda testing] matvec_time_us: reps must be positive");
   double us = 0.0;
-  run_matmul(MatmulPath::Matvec, type, w, n_out, k, x, n_rows, 0, reps, &us);
+  run_matmul(MatmulPath::Matvec, type, w, n_out, k, x, n_rows, group_rows, reps, &us);
   return us;
 }
 
