@@ -17,20 +17,8 @@ namespace muser::cuda_testing {
 
 // y (n_rows, n_out) = x (n_rows, k) @ W.T for W (n_out rows of k elements of
 // `type`, raw GGUF bytes); x is quantized on the device first. All rows go
-// through one matvec call (as the backend makes it: decode-group kernels for
-// 1..4 rows, the tensor-core GEMM or prefill tiles for more), or with
-// group_rows 1..4 through one call per consecutive group of that many rows
-// (the decode-group kernels).
-std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                          size_t group_rows = 0);
-
-// The same product through the tensor-core GEMM itself at any row count
-// (types with an int8 MMA kernel only; others throw InvalidArgument).
-std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
-// Mean microseconds of matvec(..., group_rows) over `reps` runs back to back
-// on one stream, activations already quantized.
-double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                      size_t group_rows, int reps);
+// through one launch (tiles as the backend uses them).
+std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
 
 // The device activation layout of quantize_activations, per row.
 struct QuantizedRows {
@@ -95,6 +83,20 @@ std::vector<float> attention(const AttentionCase& c);
 // Mean microseconds of the attention launch(es) of case c over `reps` runs,
 // each with the KV evicted from L2 first (for benchmarks/bench_cuda_attention.py).
 double attention_time_us(const AttentionCase& c, int reps);
+
+// The tensor-core GEMM's checks (tests/cuda/test_cuda_ops.py) and timing
+// (benchmarks/bench_cuda_gemm.py). matvec_groups: matvec's product with the
+// rows sent as consecutive groups of group_rows (1..4) rows, one matvec call
+// (a decode group) each. gemm_mma: the product through the tensor-core GEMM
+// itself at any row count (types and matrices it refuses throw
+// InvalidArgument). matvec_time_us: mean microseconds of matvec's one call
+// (group_rows 0) or of the groups, over `reps` back-to-back runs on one
+// stream with the activations already quantized.
+std::vector<float> matvec_groups(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                                 size_t group_rows);
+std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
+double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                      size_t group_rows, int reps);
 
 // Device memory free right now (bytes).
 size_t device_free_bytes();

@@ -17,11 +17,7 @@ namespace {
 
 }  // namespace
 
-std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t) { unavailable("matvec"); }
-std::vector<float> gemm_mma(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("gemm_mma"); }
-double matvec_time_us(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t, int) {
-  unavailable("matvec_time_us");
-}
+std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("matvec"); }
 QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }
 std::vector<float> get_rows(DType, const uint8_t*, size_t, size_t, const std::vector<int32_t>&) {
   unavailable("get_rows");
@@ -51,5 +47,13 @@ double attention_time_us(const AttentionCase&, int) { unavailable("attention_tim
 size_t device_free_bytes() { unavailable("device_free_bytes"); }
 DeviceMemoryHold::DeviceMemoryHold(size_t) { unavailable("DeviceMemoryHold"); }
 void DeviceMemoryHold::release() noexcept {}
+
+std::vector<float> matvec_groups(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t) {
+  unavailable("matvec_groups");
+}
+std::vector<float> gemm_mma(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("gemm_mma"); }
+double matvec_time_us(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t, int) {
+  unavailable("matvec_time_us");
+}
 
 }  // namespace muser::cuda_testing

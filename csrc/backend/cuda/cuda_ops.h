@@ -62,27 +62,8 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
 // y (n_rows, ld_y) columns [0, n_out) = x (n_rows, k) times the weight
 // matrix w (n_out rows of k elements of `type`, GGUF row layout). x is in
 // activation_format(type).
-//
-// Decode groups (1..4 rows) run the matvec kernel; from kGemmMinRows rows on,
-// types with has_gemm_mma run gemm_mma, the others matvec tiles of
-// kPrefillTileRows. Both give a row the same bits.
 void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
             size_t ld_y, void* stream);
-
-// Rows from which matvec takes the tensor-core GEMM: every count above a
-// decode group (5 rows already fill a tile of the matvec's 8 and the GEMM
-// reads the weights once for up to 64 rows).
-constexpr size_t kGemmMinRows = 5;
-
-// Weight types with an int8 tensor-core GEMM (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
-bool has_gemm_mma(DType type);
-
-// What matvec computes, on the tensor cores (ops_gemm_mma.cu): every output
-// bitwise the matvec kernel's for the same row, at any n_rows. Launches and
-// returns true for types with has_gemm_mma whose weights start 4-byte and
-// activation quants 16-byte aligned; false (nothing enqueued) otherwise.
-bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-              size_t ld_y, void* stream);
 
 // out (n, width) = rms_norm of each row of x times weight (width floats;
 // null: no weight). `out` may equal x. A row may be a head: n = rows * heads,
@@ -176,5 +157,26 @@ struct AttentionShape {
 size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows);
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                void* scratch, void* stream);
+
+// The tensor-core GEMM of prefill (ops_gemm_mma.cu). matvec hands calls of
+// kGemmMinRows rows or more to gemm_mma, which takes Q4_0, Q4_1, Q5_0, Q5_1
+// and Q8_0 weights; other types and refused matrices run matvec's tiles of
+// kPrefillTileRows. Both give a row the same bits.
+//
+// Rows from which matvec takes the GEMM: every count above a decode group
+// (5 rows already fill a tile of the matvec's 8, and the GEMM reads the
+// weights once for up to 64 rows).
+constexpr size_t kGemmMinRows = 5;
+
+// Weight types with an int8 tensor-core GEMM (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+bool has_gemm_mma(DType type);
+
+// What matvec computes, on the tensor cores: every output bitwise the matvec
+// kernel's for the same row, at any n_rows. Launches and returns true for
+// types with has_gemm_mma whose weights start and end 4-byte aligned and
+// whose activation quants are 16-byte aligned; false (nothing enqueued)
+// otherwise.
+bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+              size_t ld_y, void* stream);
 
 }  // namespace muser::cuda
