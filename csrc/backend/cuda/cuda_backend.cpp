@@ -237,6 +237,7 @@ void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
     drop_captures();
     attention_scratch_ = DeviceBuffer(0, "");
     attention_scratch_ = DeviceBuffer(c.attention_bytes, "attention partials of a step");
+    clear_attention_scratch(attention_scratch_.get(), attention_scratch_.bytes(), stream_);
   }
   if (logits_host_.bytes() < logits_floats * sizeof(float)) {
     drop_captures();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_error.h"
@@ -279,9 +280,13 @@ std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, s
 
 namespace {
 
-// Runs the attention of case c once, then (reps > 0) reps more times, each
-// after a write of 256 MiB that evicts the KV from L2 (as a decode step's
-// weights do between layers); *us gets the mean of the timed launches.
+// Runs the attention of case c once, then (reps > 0) reps more times on the
+// same scratch, each after a write of 256 MiB that evicts the KV from L2 (as
+// a decode step's weights do between layers) and after the output is
+// poisoned with NaNs; *us gets the mean of the timed launches. Every timed
+// launch must give the first one's bits: the scratch's per-(row, head)
+// counters decide which block folds the partials, and a launch that left
+// them dirty would leave the next one's output unwritten.
 std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
   require_device();
   const size_t n_rows = c.positions.size();
@@ -322,8 +327,11 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
   shape.window = c.window;
   shape.scale = c.scale;
   DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n_rows), "attention partials");
+  cuda::clear_attention_scratch(scratch.get(), scratch.bytes(), stream.get());
   cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
   stream.sync();
+  const size_t n_out = n_rows * c.n_head * c.head_dim_v;
+  std::vector<float> first = download<float>(dout, n_out);
   if (reps > 0) {
     constexpr size_t kFlushBytes = size_t{256} << 20;
     DeviceBuffer flush(kFlushBytes, "L2 flush");
@@ -335,6 +343,7 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
     for (int i = 0; i < reps && err == cudaSuccess; ++i) {
       cudaStream_t s = static_cast<cudaStream_t>(stream.get());
       err = cudaMemsetAsync(flush.get(), i & 0xff, kFlushBytes, s);
+      if (err == cudaSuccess) err = cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), s);
       if (err == cudaSuccess) err = cudaEventRecord(start, s);
       if (err == cudaSuccess) {
         cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
@@ -349,8 +358,12 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
     cudaEventDestroy(stop);
     cuda::check_cuda(err, "timed attention");
     *us = 1000.0 * total_ms / reps;
+    const std::vector<float> last = download<float>(dout, n_out);
+    if (std::memcmp(last.data(), first.data(), n_out * sizeof(float)) != 0) {
+      throw InternalError("[cuda testing] attention: a repeated launch on one scratch gave other bits");
+    }
   }
-  return download<float>(dout, n_rows * c.n_head * c.head_dim_v);
+  return first;
 }
 
 }  // namespace
