@@ -79,6 +79,9 @@ struct AttentionCase {
   size_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, window = 0;
   float scale = 1.0f;
 };
+// The attention that also quantizes its output (Q8_0 / Q8_1) for the output
+// projection, as the backend runs it before such a matvec.
+NormQuantized attention_quantized(const AttentionCase& c, ActivationFormat format);
 std::vector<float> attention(const AttentionCase& c);
 // Mean microseconds of the attention launch(es) of case c over `reps` runs,
 // each with the KV evicted from L2 first (for benchmarks/bench_cuda_attention.py).

@@ -160,5 +160,11 @@ size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows);
 void clear_attention_scratch(void* scratch, size_t bytes, void* stream);
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                void* scratch, void* stream);
+// attention that also quantizes its output rows for the matvec that reads
+// them, as rms_norm_quantized does (Q8_0 / Q8_1, head_dim_v % 32 == 0):
+// one launch instead of attention's and the quantization's.
+ActivationView attention_quantized(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows,
+                                   float* out, void* scratch, ActivationFormat format, void* q_scratch,
+                                   void* stream);
 
 }  // namespace muser::cuda

@@ -287,7 +287,8 @@ namespace {
 // launch must give the first one's bits: the scratch's per-(row, head)
 // counters decide which block folds the partials, and a launch that left
 // them dirty would leave the next one's output unwritten.
-std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
+std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
+                                 ActivationFormat format = ActivationFormat::F32, QuantizedRows* quantized = nullptr) {
   require_device();
   const size_t n_rows = c.positions.size();
   const size_t k_width = c.n_head_kv * c.head_dim_k, v_width = c.n_head_kv * c.head_dim_v;
@@ -328,9 +329,19 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
   shape.scale = c.scale;
   DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n_rows), "attention partials");
   cuda::clear_attention_scratch(scratch.get(), scratch.bytes(), stream.get());
-  cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
-  stream.sync();
   const size_t n_out = n_rows * c.n_head * c.head_dim_v;
+  if (format != ActivationFormat::F32) {
+    DeviceBuffer q_scratch(cuda::activation_bytes(format, n_rows, c.n_head * c.head_dim_v), "quantized out");
+    const cuda::ActivationView v = cuda::attention_quantized(kv, shape, dq.as<float>(), n_rows, dout.as<float>(),
+                                                             scratch.get(), format, q_scratch.get(), stream.get());
+    stream.sync();
+    quantized->q = download_ptr(v.q, n_out);
+    quantized->d = download_ptr(v.d, n_out / 32);
+    if (v.s != nullptr) quantized->s = download_ptr(v.s, n_out / 32);
+  } else {
+    cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
+    stream.sync();
+  }
   std::vector<float> first = download<float>(dout, n_out);
   if (reps > 0) {
     constexpr size_t kFlushBytes = size_t{256} << 20;
@@ -369,6 +380,15 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
 }  // namespace
 
 std::vector<float> attention(const AttentionCase& c) { return run_attention(c, 0, nullptr); }
+
+NormQuantized attention_quantized(const AttentionCase& c, ActivationFormat format) {
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || c.head_dim_v % 32 != 0) {
+    throw InvalidArgument("[cuda testing] attention_quantized: Q8_0 or Q8_1 and heads of a multiple of 32");
+  }
+  NormQuantized r;
+  r.out = run_attention(c, 0, nullptr, format, &r.q);
+  return r;
+}
 
 double attention_time_us(const AttentionCase& c, int reps) {
   if (reps <= 0) throw InvalidArgument("[cuda testing] attention_time_us: reps must be positive");

@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/quantize_block.cuh"
 #include "core/error.h"
 
 namespace muser::cuda {
@@ -49,11 +50,23 @@ __device__ __forceinline__ int first_visible(int pos, int window) {
   return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
 }
 
+// Where the last block also writes the output quantized for the matvec
+// that reads it (attention_quantized): the view's q, d and s (Q8_1), or
+// nothing (q null).
+struct QuantizedOut {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  float* s = nullptr;
+  bool with_sum = false;
+};
+
 // Folds the n_active partials from `base` in split order and divides by the
-// folded sum, into out[0, head_dim_v). The partials were written by other
-// blocks of this launch: read through L2 (__ldcg), never a stale L1 line.
+// folded sum, into out[0, head_dim_v), element 0 being element `first` of
+// the attention output (for the quantized copy's block numbers). The
+// partials were written by other blocks of this launch: read through L2
+// (__ldcg), never a stale L1 line.
 __device__ void combine_partials(int n_active, int head_dim_v, size_t base, const float* part_ms,
-                                 const float* part_acc, float* out) {
+                                 const float* part_acc, float* out, size_t first, const QuantizedOut& qo) {
   float row_max = -INFINITY;
   for (int z = 0; z < n_active; ++z) row_max = fmaxf(row_max, __ldcg(part_ms + 2 * (base + z)));
   float f[kSplits];
@@ -72,7 +85,18 @@ __device__ void combine_partials(int n_active, int head_dim_v, size_t base, cons
     for (int z = 0; z < kSplits; ++z) {
       if (z < n_active) a = __fmaf_rn(__ldcg(part_acc + (base + z) * head_dim_v + d), f[z], a);
     }
-    out[d] = __fdiv_rn(a, sum);
+    const float value = __fdiv_rn(a, sum);
+    out[d] = value;
+    // A warp's 32 elements are one quantization block: head_dim_v % 32 == 0
+    // and kThreads % 32 == 0 keep every warp of an iteration whole.
+    if (qo.q != nullptr) {
+      const size_t block = (first + d) / 32;
+      if (qo.with_sum) {
+        quantize_block32<true>(value, threadIdx.x % 32, block, qo.q, qo.d, qo.s);
+      } else {
+        quantize_block32<false>(value, threadIdx.x % 32, block, qo.q, qo.d, qo.s);
+      }
+    }
   }
 }
 
@@ -82,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_partial_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, int n_head, int group,
                              int head_dim_k, int head_dim_v, int window, float scale, const float* __restrict__ q,
                              size_t row0, float* __restrict__ part_ms, float* __restrict__ part_acc,
-                             unsigned* __restrict__ done, float* __restrict__ out) {
+                             unsigned* __restrict__ done, float* __restrict__ out, QuantizedOut qo) {
   constexpr int G = group_positions(NP);
   constexpr int kChunk = chunk_positions(NP);
   const int z = blockIdx.x, h = blockIdx.y;
@@ -232,8 +256,9 @@ __global__ void __launch_bounds__(kThreads)
   if (!last) return;
   __threadfence();
   if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch (graph replays reuse the scratch)
-  combine_partials(n_active, head_dim_v, (local * n_head + h) * kSplits, part_ms, part_acc,
-                   out + (r * n_head + h) * head_dim_v);
+  const size_t first_elem = (r * n_head + h) * head_dim_v;
+  combine_partials(n_active, head_dim_v, (local * n_head + h) * kSplits, part_ms, part_acc, out + first_elem,
+                   first_elem, qo);
 }
 
 int pairs_per_lane(const AttentionShape& shape) {
@@ -257,8 +282,10 @@ void clear_attention_scratch(void* scratch, size_t bytes, void* stream) {
   check_cuda(cudaMemsetAsync(scratch, 0, bytes, static_cast<cudaStream_t>(stream)), "clear attention scratch");
 }
 
-void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
-               void* scratch, void* stream) {
+namespace {
+
+void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
+                   void* scratch, const QuantizedOut& qo, void* stream) {
   if (n_rows == 0) return;
   if (shape.head_dim_k > 64 * kMaxPairsPerLane || shape.head_dim_v > 64 * kMaxPairsPerLane ||
       shape.head_dim_k % 2 != 0 || shape.head_dim_v % 2 != 0 || shape.head_dim_k == 0 || shape.head_dim_v == 0) {
@@ -287,26 +314,50 @@ void attention(const KvRows& kv, const AttentionShape& shape, const float* q, si
       case 1:
         attention_partial_kernel<1><<<grid, kThreads, 0, s>>>(kv, shape.n_layer, shape.layer, shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
-                                                              part_ms, part_acc, done, out);
+                                                              part_ms, part_acc, done, out, qo);
         break;
       case 2:
         attention_partial_kernel<2><<<grid, kThreads, 0, s>>>(kv, shape.n_layer, shape.layer, shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
-                                                              part_ms, part_acc, done, out);
+                                                              part_ms, part_acc, done, out, qo);
         break;
       case 3:
         attention_partial_kernel<3><<<grid, kThreads, 0, s>>>(kv, shape.n_layer, shape.layer, shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
-                                                              part_ms, part_acc, done, out);
+                                                              part_ms, part_acc, done, out, qo);
         break;
       default:
         attention_partial_kernel<4><<<grid, kThreads, 0, s>>>(kv, shape.n_layer, shape.layer, shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
-                                                              part_ms, part_acc, done, out);
+                                                              part_ms, part_acc, done, out, qo);
         break;
     }
     check_launch("attention");
   }
+}
+
+}  // namespace
+
+void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
+               void* scratch, void* stream) {
+  run_attention(kv, shape, q, n_rows, out, scratch, QuantizedOut{}, stream);
+}
+
+ActivationView attention_quantized(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows,
+                                   float* out, void* scratch, ActivationFormat format, void* q_scratch,
+                                   void* stream) {
+  const bool q8_32 = format == ActivationFormat::Q8_0 || format == ActivationFormat::Q8_1;
+  if (!q8_32 || shape.head_dim_v % 32 != 0) {
+    throw InternalError("[cuda attention_quantized] quantizes to Q8_0 or Q8_1 only, heads of a multiple of 32");
+  }
+  const ActivationView view = activation_view(format, n_rows, shape.n_head * shape.head_dim_v, q_scratch);
+  QuantizedOut qo;
+  qo.q = const_cast<int8_t*>(view.q);  // written here; const for the matvec
+  qo.d = const_cast<float*>(view.d);
+  qo.s = const_cast<float*>(view.s);
+  qo.with_sum = format == ActivationFormat::Q8_1;
+  run_attention(kv, shape, q, n_rows, out, scratch, qo, stream);
+  return view;
 }
 
 }  // namespace muser::cuda
