@@ -367,6 +367,20 @@ def test_attention_rows_are_bitwise_independent_of_group_order_and_tile():
     assert np.array_equal(run(many), y)
 
 
+def test_attention_launches_of_any_row_count_can_share_one_scratch():
+    """A step's attention scratch serves every launch (decode groups of 1..4,
+    prefill tiles up to 64): launches of other row counts on the same scratch
+    keep every row's bits (the binding raises otherwise). The first GPU run of
+    the fused fold placed its counters by row count and failed this way."""
+    rng = np.random.default_rng(11)
+    k, v = _kv_planes(rng, 4096, 8, 128, 128)
+    positions = [int(p) for p in rng.integers(0, 4096, 70)]
+    q = rng.standard_normal((70, 32 * 128)).astype(np.float32)
+    t.cuda_attention_on_shared_scratch(k, v, q, positions, 32, 8, [5, 70, 1, 37, 4, 64, 70])
+    with pytest.raises(ValueError):
+        t.cuda_attention_on_shared_scratch(k, v, q, positions, 32, 8, [71])
+
+
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_attention_quantized_writes_the_attention_and_exactly_its_quantization(fmt, head_dim):

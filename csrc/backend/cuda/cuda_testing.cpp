@@ -288,7 +288,8 @@ namespace {
 // counters decide which block folds the partials, and a launch that left
 // them dirty would leave the next one's output unwritten.
 std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
-                                 ActivationFormat format = ActivationFormat::F32, QuantizedRows* quantized = nullptr) {
+                                 ActivationFormat format = ActivationFormat::F32, QuantizedRows* quantized = nullptr,
+                                 const std::vector<size_t>* later_row_counts = nullptr) {
   require_device();
   const size_t n_rows = c.positions.size();
   const size_t k_width = c.n_head_kv * c.head_dim_k, v_width = c.n_head_kv * c.head_dim_v;
@@ -343,6 +344,24 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
     stream.sync();
   }
   std::vector<float> first = download<float>(dout, n_out);
+  if (later_row_counts != nullptr) {
+    // Launches over the first n rows on the same scratch, output poisoned
+    // first: each row must give its bits from the first launch (the
+    // counters and partials of launches of other sizes must not collide).
+    const size_t row_floats = c.n_head * c.head_dim_v;
+    for (size_t n : *later_row_counts) {
+      if (n == 0 || n > n_rows) throw InvalidArgument("[cuda testing] attention: a later row count outside 1..rows");
+      cuda::check_cuda(cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), static_cast<cudaStream_t>(stream.get())),
+                       "poison");
+      cuda::attention(kv, shape, dq.as<float>(), n, dout.as<float>(), scratch.get(), stream.get());
+      stream.sync();
+      const std::vector<float> again = download<float>(dout, n * row_floats);
+      if (std::memcmp(again.data(), first.data(), n * row_floats * sizeof(float)) != 0) {
+        throw InternalError("[cuda testing] attention: a later launch of " + std::to_string(n) +
+                            " rows on the shared scratch gave other bits");
+      }
+    }
+  }
   if (reps > 0) {
     constexpr size_t kFlushBytes = size_t{256} << 20;
     DeviceBuffer flush(kFlushBytes, "L2 flush");
@@ -380,6 +399,10 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
 }  // namespace
 
 std::vector<float> attention(const AttentionCase& c) { return run_attention(c, 0, nullptr); }
+
+void attention_on_shared_scratch(const AttentionCase& c, const std::vector<size_t>& later_row_counts) {
+  run_attention(c, 0, nullptr, ActivationFormat::F32, nullptr, &later_row_counts);
+}
 
 NormQuantized attention_quantized(const AttentionCase& c, ActivationFormat format) {
   if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || c.head_dim_v % 32 != 0) {

@@ -268,14 +268,17 @@ int pairs_per_lane(const AttentionShape& shape) {
 
 }  // namespace
 
-// The scratch: one counter per (row of a tile, head), then the partials.
-static size_t counter_bytes(const AttentionShape& shape, size_t tile) {
-  return (tile * shape.n_head * sizeof(unsigned) + 255) / 256 * 256;
-}
+// The scratch: the counters, one per (row of a tile, head), then the
+// partials. The counters' region has one size for every call: launches of
+// any row count and head count share a scratch, and a region that moved with
+// them would let one launch's partials overwrite counters another left at
+// zero (a 5-row prefill after a 37-row one did, on the first GPU run).
+constexpr size_t kMaxHeads = 256;
+constexpr size_t kCounterBytes = kTileRows * kMaxHeads * sizeof(unsigned);
 
 size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows) {
   const size_t rows = std::min(n_rows, kTileRows);
-  return counter_bytes(shape, rows) + rows * shape.n_head * kSplits * (2 + shape.head_dim_v) * sizeof(float);
+  return kCounterBytes + rows * shape.n_head * kSplits * (2 + shape.head_dim_v) * sizeof(float);
 }
 
 void clear_attention_scratch(void* scratch, size_t bytes, void* stream) {
@@ -293,6 +296,10 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
                            std::to_string(shape.head_dim_v) + ": expected even and at most " +
                            std::to_string(64 * kMaxPairsPerLane));
   }
+  if (shape.n_head > kMaxHeads) {
+    throw ModelFormatError("[cuda attention] " + std::to_string(shape.n_head) + " query heads: at most " +
+                           std::to_string(kMaxHeads));
+  }
   if (shape.n_head_kv == 0 || shape.n_head % shape.n_head_kv != 0) {
     throw ModelFormatError("[cuda attention] " + std::to_string(shape.n_head) + " query heads over " +
                            std::to_string(shape.n_head_kv) + " KV heads");
@@ -300,7 +307,7 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const size_t tile = std::min(n_rows, kTileRows);
   unsigned* done = static_cast<unsigned*>(scratch);
-  float* part_ms = reinterpret_cast<float*>(static_cast<char*>(scratch) + counter_bytes(shape, tile));
+  float* part_ms = reinterpret_cast<float*>(static_cast<char*>(scratch) + kCounterBytes);
   float* part_acc = part_ms + tile * shape.n_head * kSplits * 2;
   const int np = pairs_per_lane(shape);
   const int n_head = static_cast<int>(shape.n_head);
