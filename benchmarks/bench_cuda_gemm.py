@@ -1,7 +1,8 @@
 """The prefill matmul alone on the GPU: microseconds per call of the backend's
-matvec() on llama3-8b's matrix shapes (Q4_0 and Q8_0: the int8 tensor-core GEMM;
-Q4_K: the matvec tiles of 8 rows, for comparison), at 512, 64, 16 and 8 rows, with the
-integer tera-ops per second (2 * rows * n_out * k per call).
+matvec() on llama3-8b's matrix shapes (Q4_0 and Q8_0: the int8 tensor-core GEMM
+from 41 rows, the matvec tiles of 8 rows below; Q4_K: always the tiles), at 512,
+64, 16 and 8 rows, with the integer tera-ops per second (2 * rows * n_out * k
+per call).
 
     python benchmarks/bench_cuda_gemm.py [--rows 512,64,16,8] [--reps 20] [--types Q4_0,Q4_K]
 

@@ -374,7 +374,7 @@ void bind_testing_cuda(nb::module_& m) {
       },
       nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("group_rows") = 0,
       nb::arg("reps") = 20,
-      "Mean microseconds of cuda_matvec's one call (group_rows 0: the tensor-core GEMM from 5 rows on for its "
+      "Mean microseconds of cuda_matvec's one call (group_rows 0: the tensor-core GEMM from 41 rows on for its "
       "types) or of cuda_matvec_groups, over `reps` back-to-back runs, activations already quantized.");
 }
 

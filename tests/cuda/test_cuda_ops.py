@@ -458,7 +458,7 @@ def _check_gemm(qtype: GT, shape: tuple[int, int, int], seed: int) -> None:
     n_rows, n_out, k = shape
     raw, x = _gemm_case(qtype, shape, seed)
     gemm = t.cuda_gemm_mma(id_of(qtype), raw, n_out, x)
-    dispatched = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # n_rows >= 5: the backend's call takes the GEMM
+    dispatched = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # the GEMM from 41 rows, else the tiles
     alone = t.cuda_matvec_groups(id_of(qtype), raw, n_out, x, 1)
     for r in range(n_rows):
         assert gemm[r].tobytes() == alone[r].tobytes(), (r, np.flatnonzero(gemm[r] != alone[r])[:8])
