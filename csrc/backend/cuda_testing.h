@@ -17,8 +17,19 @@ namespace muser::cuda_testing {
 
 // y (n_rows, n_out) = x (n_rows, k) @ W.T for W (n_out rows of k elements of
 // `type`, raw GGUF bytes); x is quantized on the device first. All rows go
-// through one launch (tiles as the backend uses them).
-std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
+// through one launch (tiles as the backend uses them). warp_rows 0: the
+// kernel config matvec picks; otherwise (1..4 rows only) the decode kernel
+// with that config (cuda::DecodeConfig: warp_rows, unroll, wide).
+std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                          int warp_rows, int unroll, bool wide);
+
+// Seconds one matvec launch takes (config as matvec above; the activations
+// quantized once before), the mean over `reps` launches after a warm-up,
+// timed with CUDA events on the call's stream. Launches cycle through
+// enough copies of W (256 MiB in all) that each reads its weights from
+// device memory, not from the L2 cache. For the kernel benchmark.
+double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                   int warp_rows, int unroll, bool wide, int reps);
 
 // The device activation layout of quantize_activations, per row.
 struct QuantizedRows {

@@ -17,7 +17,12 @@ namespace {
 
 }  // namespace
 
-std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("matvec"); }
+std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool) {
+  unavailable("matvec");
+}
+double time_matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool, int) {
+  unavailable("time_matvec");
+}
 QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }
 std::vector<float> get_rows(DType, const uint8_t*, size_t, size_t, const std::vector<int32_t>&) {
   unavailable("get_rows");

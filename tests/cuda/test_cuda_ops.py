@@ -55,6 +55,77 @@ def test_a_matvec_row_is_bitwise_the_same_alone_in_any_group_and_in_prefill_tile
         assert np.array_equal(y, everything[group])
 
 
+# The decode kernel configs (csrc/backend/cuda/cuda_ops.h, DecodeConfig):
+# (weight rows per warp, units per lane in flight).
+DECODE_CONFIGS = [(1, 1), (1, 4), (2, 2), (4, 2)]
+# Row groups of a 9-row batch: every size 1..4, orders, a repeated row.
+DECODE_GROUPS = [[4], [8], [0, 7], [7, 0], [2, 5, 8], [8, 2, 5], [1, 3, 6, 0], [6, 0, 3, 1], [5, 5, 2, 5]]
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda q: q.name)
+@pytest.mark.parametrize("k", [576, 4096, 14336])
+def test_every_decode_config_gives_each_row_the_bits_of_the_prefill_tiles(qtype, k):
+    """Each decode kernel config, and the one matvec picks, computes a row's
+    outputs bitwise as the prefill tiles do, alone and in any group and
+    order. n_out 37 is no multiple of any config's rows per block (4 warps x
+    1..4 rows), so the last warp's extra weight rows are exercised. Q4_0 at
+    k 4096 / 14336 (16-byte aligned rows) takes the wide loads, at 576 not."""
+    elems, _ = block_geometry(qtype)
+    if k % max(elems, 32):
+        k = 512  # K-quant rows are whole 256-element super-blocks
+    rng = np.random.default_rng(k + id_of(qtype))
+    n_out = 37
+    raw = random_matrix(qtype, k, n_out, rng)
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    tiles = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # 9 rows: a prefill tile of 8 and one of 1
+    assert np.all(np.isfinite(tiles))
+    configs = [(0, 0, True)] + [(wr, un, wide) for wr, un in DECODE_CONFIGS for wide in (True, False)]
+    for warp_rows, unroll, wide in configs:
+        for group in DECODE_GROUPS:
+            y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]), warp_rows, unroll, wide)
+            assert np.array_equal(y, tiles[group]), (warp_rows, unroll, wide, group)
+
+
+@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.Q8_0, GT.F16], ids=lambda q: q.name)
+@pytest.mark.parametrize("n_out", [1, 1030, 3000, 8195])
+def test_the_decode_config_matvec_picks_keeps_rows_bitwise_at_every_matrix_height(qtype, n_out):
+    """matvec picks its decode config from n_out and the group size (one
+    weight row per warp below 2048 rows, 2 or 4 above): across those
+    heights a row is bitwise the same alone, in groups of 2..4 and in a
+    prefill tile."""
+    k = 256
+    rng = np.random.default_rng(n_out + id_of(qtype))
+    raw = random_matrix(qtype, k, n_out, rng)
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    tiles = t.cuda_matvec(id_of(qtype), raw, n_out, x)
+    for group in DECODE_GROUPS:
+        y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]))
+        assert np.array_equal(y, tiles[group]), group
+
+
+def test_a_decode_config_that_does_not_exist_is_refused():
+    rng = np.random.default_rng(3)
+    raw = random_matrix(GT.Q4_0, 64, 8, rng)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    with pytest.raises(ValueError, match="no decode kernel"):
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 3, 1)
+    with pytest.raises(ValueError, match="1..4 rows"):
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, np.zeros((5, 64), np.float32), 1, 4)
+
+
+def test_the_matvec_timer_measures_a_launch():
+    """benchmarks/bench_cuda_matvec.py's timer: a positive time, bounded, for
+    matvec's own config and a forced one; invalid repetitions are refused."""
+    rng = np.random.default_rng(4)
+    raw = random_matrix(GT.Q4_0, 4096, 256, rng)
+    x = rng.standard_normal((4, 4096)).astype(np.float32)
+    for config in ((0, 0, True), (4, 2, False)):
+        sec = t.cuda_time_matvec(id_of(GT.Q4_0), raw, 256, x, 3, *config)
+        assert 0.0 < sec < 0.1
+    with pytest.raises(ValueError):
+        t.cuda_time_matvec(id_of(GT.Q4_0), raw, 256, x, 0)
+
+
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1", "Q8_K"])
 def test_activation_quantization_is_bitwise_the_reference(fmt):
     rng = np.random.default_rng(1)

@@ -65,6 +65,31 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
 void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
             size_t ld_y, void* stream);
 
+// How the decode matvec (1..4 rows, ops_matvec_decode.cu) lays out one
+// launch: each warp computes `warp_rows` consecutive weight rows for every
+// row of the group, each lane loading `unroll` units of each of them before
+// using any; `wide` lets Q4_0 and Q4_K rows that start 16-byte aligned load
+// their units in aligned 16-byte words. Every config gives each output the
+// same bits as matvec's prefill tiles (configs differ only in speed).
+// Configs that exist: warp_rows 1 with unroll 1 or 4, 2 with 2, 4 with 2
+// (float weights run every config but 1 x 1 as 2 x 1: their units are 32
+// registers each).
+struct DecodeConfig {
+  int warp_rows = 1;
+  int unroll = 1;
+  bool wide = false;
+};
+bool decode_config_exists(const DecodeConfig& config);
+
+// The config matvec uses for n_rows (1..4) rows and n_out weight rows.
+DecodeConfig decode_config(size_t n_out, size_t n_rows);
+
+// matvec for 1..4 rows with an explicit config (matvec itself picks
+// decode_config's); x as matvec checks it. Throws InvalidArgument for a
+// config that does not exist.
+void matvec_decode(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+                   size_t ld_y, const DecodeConfig& config, void* stream);
+
 // out (n, width) = rms_norm of each row of x times weight (width floats;
 // null: no weight). `out` may equal x. A row may be a head: n = rows * heads,
 // width = head_dim.

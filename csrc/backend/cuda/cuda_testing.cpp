@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_error.h"
@@ -60,12 +61,59 @@ std::vector<T> download_ptr(const T* ptr, size_t count) {
 
 }  // namespace
 
-std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows) {
+namespace {
+
+// Checks a matvec call's shapes and config (see cuda_testing.h).
+void check_matvec(DType type, size_t k, size_t n_rows, int warp_rows, int unroll, bool wide) {
   require_device();
   const DTypeInfo& info = dtype_info(type);
   if (k == 0 || k % 32 != 0 || k % info.block_elems != 0) {
     throw InvalidArgument("[cuda testing] matvec row length must be a multiple of 32 and of the block size");
   }
+  if (n_rows == 0) throw InvalidArgument("[cuda testing] matvec needs at least one row");
+  if (warp_rows != 0) {
+    if (n_rows > 4) throw InvalidArgument("[cuda testing] a decode kernel config needs 1..4 rows");
+    if (!cuda::decode_config_exists({warp_rows, unroll, wide})) {
+      throw InvalidArgument("[cuda testing] no decode kernel with warp_rows " + std::to_string(warp_rows) +
+                            " and unroll " + std::to_string(unroll));
+    }
+  }
+}
+
+void launch_matvec(DType type, const void* w, size_t n_out, const cuda::ActivationView& x, size_t n_rows, float* y,
+                   int warp_rows, int unroll, bool wide, void* stream) {
+  if (warp_rows == 0) {
+    cuda::matvec(type, w, n_out, x, n_rows, y, n_out, stream);
+  } else {
+    cuda::matvec_decode(type, w, n_out, x, n_rows, y, n_out, {warp_rows, unroll, wide}, stream);
+  }
+}
+
+// Two CUDA events, destroyed on every path.
+struct EventPair {
+  cudaEvent_t begin = nullptr, end = nullptr;
+  EventPair() {
+    cuda::check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+    const cudaError_t err = cudaEventCreate(&end);
+    if (err != cudaSuccess) {
+      cudaEventDestroy(begin);
+      cuda::check_cuda(err, "cudaEventCreate");
+    }
+  }
+  ~EventPair() {
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+
+}  // namespace
+
+std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                          int warp_rows, int unroll, bool wide) {
+  check_matvec(type, k, n_rows, warp_rows, unroll, wide);
+  const DTypeInfo& info = dtype_info(type);
   Stream stream;
   DeviceBuffer dw = upload(w, n_out * (k / info.block_elems) * info.block_bytes, "weights");
   DeviceBuffer dx = upload(x, n_rows * k, "x");
@@ -74,9 +122,48 @@ std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, 
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
   const cuda::ActivationView view =
       cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
-  cuda::matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get());
+  launch_matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide, stream.get());
   stream.sync();
   return download<float>(dy, n_rows * n_out);
+}
+
+double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                   int warp_rows, int unroll, bool wide, int reps) {
+  check_matvec(type, k, n_rows, warp_rows, unroll, wide);
+  if (reps <= 0 || n_out == 0) throw InvalidArgument("[cuda testing] time_matvec: n_out and reps must be positive");
+  const DTypeInfo& info = dtype_info(type);
+  const size_t bytes = n_out * (k / info.block_elems) * info.block_bytes;
+  Stream stream;
+  // Copies of W, each its own allocation, cycled so that no launch finds its
+  // weights in L2 (50 MB on the H100/H200).
+  const size_t copies = std::min<size_t>(64, std::max<size_t>(1, ((size_t{256} << 20) + bytes - 1) / bytes));
+  std::vector<DeviceBuffer> weights;
+  weights.push_back(upload(w, bytes, "weights"));
+  for (size_t i = 1; i < copies; ++i) {
+    weights.emplace_back(bytes, "weight copies");
+    cuda::check_cuda(cudaMemcpy(weights.back().get(), weights.front().get(), bytes, cudaMemcpyDeviceToDevice),
+                     "copy weights");
+  }
+  DeviceBuffer dx = upload(x, n_rows * k, "x");
+  const ActivationFormat format = activation_format(type);
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
+  const cuda::ActivationView view =
+      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
+  auto launch = [&](size_t i) {
+    launch_matvec(type, weights[i % copies].get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide,
+                  stream.get());
+  };
+  launch(copies - 1);  // warm-up
+  EventPair events;
+  cudaStream_t s = static_cast<cudaStream_t>(stream.get());
+  cuda::check_cuda(cudaEventRecord(events.begin, s), "cudaEventRecord");
+  for (int i = 0; i < reps; ++i) launch(static_cast<size_t>(i));
+  cuda::check_cuda(cudaEventRecord(events.end, s), "cudaEventRecord");
+  cuda::check_cuda(cudaEventSynchronize(events.end), "time matvec");
+  float ms = 0.0f;
+  cuda::check_cuda(cudaEventElapsedTime(&ms, events.begin, events.end), "cudaEventElapsedTime");
+  return static_cast<double>(ms) / 1000.0 / reps;
 }
 
 QuantizedRows quantize(ActivationFormat format, const float* x, size_t n_rows, size_t k) {

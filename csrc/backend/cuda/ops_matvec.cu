@@ -7,6 +7,7 @@
 // chunking invariance).
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/activation_rows.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
@@ -14,31 +15,6 @@ namespace muser::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
-
-__device__ __forceinline__ ActRow act_row(const ActivationView& x, size_t r) {
-  ActRow a;
-  const size_t k = x.k;
-  a.q = x.q != nullptr ? reinterpret_cast<const int*>(x.q + r * k) : nullptr;
-  a.f = x.f != nullptr ? x.f + r * k : nullptr;
-  switch (x.format) {
-    case ActivationFormat::Q8_K:
-      a.d = x.d + r * (k / 256);
-      a.s = nullptr;
-      a.bsum = x.bsum + r * (k / 16);
-      break;
-    case ActivationFormat::Q8_1:
-      a.d = x.d + r * (k / 32);
-      a.s = x.s + r * (k / 32);
-      a.bsum = nullptr;
-      break;
-    default:
-      a.d = x.d != nullptr ? x.d + r * (k / 32) : nullptr;
-      a.s = nullptr;
-      a.bsum = nullptr;
-      break;
-  }
-  return a;
-}
 
 // Grid: (weight rows / kWarpsPerBlock, row tiles). A tile holds kRows rows
 // (fewer in the last tile: rows past n_rows are skipped, never computed).
@@ -98,16 +74,15 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
   if (x.k % 32 != 0 || x.k % dtype_info(type).block_elems != 0) {
     throw InternalError("[cuda matvec] row length " + std::to_string(x.k) + " is not a block multiple");
   }
+  // Decode groups (1..4 rows) have their own kernels (ops_matvec_decode.cu),
+  // which compute every output as this one does; longer batches walk tiles
+  // of kPrefillTileRows.
+  if (n_rows <= 4) {
+    matvec_decode(type, w, n_out, x, n_rows, y, ld_y, decode_config(n_out, n_rows), stream_ptr);
+    return;
+  }
   const bool ok = dispatch_type(type, [&]<typename T>() {
-    // Decode groups get a tile of exactly their row count; longer batches
-    // walk tiles of kPrefillTileRows. Every variant computes a row the same way.
-    switch (n_rows) {
-      case 1: launch_matvec<T, 1>(w, n_out, x, n_rows, y, ld_y, stream); break;
-      case 2: launch_matvec<T, 2>(w, n_out, x, n_rows, y, ld_y, stream); break;
-      case 3: launch_matvec<T, 3>(w, n_out, x, n_rows, y, ld_y, stream); break;
-      case 4: launch_matvec<T, 4>(w, n_out, x, n_rows, y, ld_y, stream); break;
-      default: launch_matvec<T, kPrefillTileRows>(w, n_out, x, n_rows, y, ld_y, stream); break;
-    }
+    launch_matvec<T, kPrefillTileRows>(w, n_out, x, n_rows, y, ld_y, stream);
   });
   if (!ok) throw InternalError(std::string("[cuda matvec] no kernel for type ") + dtype_info(type).name);
 }
