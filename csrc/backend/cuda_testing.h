@@ -23,6 +23,12 @@ namespace muser::cuda_testing {
 std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
                           int warp_rows, int unroll, bool wide);
 
+// cuda::matvec_targets: W_i (n_outs[i] rows of k) times the same x, 1..3
+// matrices (one launch for 1..4 rows); y_i (n_rows, n_outs[i]) each.
+std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<const uint8_t*>& ws,
+                                               const std::vector<size_t>& n_outs, size_t k, const float* x,
+                                               size_t n_rows);
+
 // Seconds one matvec launch takes (config as matvec above; the activations
 // quantized once before), the mean over `reps` launches after a warm-up,
 // timed with CUDA events on the call's stream. Launches cycle through

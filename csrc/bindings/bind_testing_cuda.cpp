@@ -106,6 +106,29 @@ void bind_testing_cuda(nb::module_& m) {
       "backend picks; otherwise (1..4 rows) that config: warp_rows weight rows per warp, unroll units per "
       "lane in flight, wide 16-byte loads where the type has them.");
   m.def(
+      "cuda_matvec_targets",
+      [](uint32_t type_id, const std::vector<Bytes1D>& ws, const std::vector<size_t>& n_outs, const Floats2D& x) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        if (ws.size() != n_outs.size()) throw InvalidArgument("[testing] cuda_matvec_targets: one n_out per matrix");
+        std::vector<const uint8_t*> ptrs;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          check_weight_bytes(type, k, n_outs[i], ws[i].shape(0));
+          ptrs.push_back(ws[i].data());
+        }
+        std::vector<std::vector<float>> ys;
+        {
+          nb::gil_scoped_release release;
+          ys = cuda_testing::matvec_targets(type, ptrs, n_outs, k, x.data(), n_rows);
+        }
+        nb::list out;
+        for (size_t i = 0; i < ys.size(); ++i) out.append(to_numpy(std::move(ys[i]), {n_rows, n_outs[i]}));
+        return out;
+      },
+      nb::arg("type_id"), nb::arg("ws"), nb::arg("n_outs"), nb::arg("x"),
+      "[x @ W_i.T for each W_i] on the GPU through matvec_targets: 1..3 matrices of `type_id` (raw GGUF bytes, "
+      "n_outs[i] rows each) reading the same x, one decode launch for 1..4 rows.");
+  m.def(
       "cuda_time_matvec",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int reps, int warp_rows, int unroll,
          bool wide) {

@@ -103,6 +103,27 @@ def test_the_decode_config_matvec_picks_keeps_rows_bitwise_at_every_matrix_heigh
         assert np.array_equal(y, tiles[group]), group
 
 
+@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.Q8_0, GT.Q5_1, GT.BF16], ids=lambda q: q.name)
+@pytest.mark.parametrize("n_outs", [(4096, 1024, 1024), (300, 37), (5, 0, 19), (8195,)],
+                         ids=lambda n: "-".join(map(str, n)))
+def test_matrices_sharing_an_input_in_one_launch_give_each_output_its_own_bits(qtype, n_outs):
+    """matvec_targets (the backend's q/k/v and gate/up launch): each matrix's
+    outputs are bitwise those of its own matvec, for 1..4 rows (one decode
+    launch over all matrices, n_out 0 included) and for 9 rows (one matvec
+    per matrix)."""
+    elems, _ = block_geometry(qtype)
+    k = 512 if elems == 256 else 576
+    rng = np.random.default_rng(sum(n_outs) + id_of(qtype))
+    ws = [random_matrix(qtype, k, n, rng) if n else np.zeros(0, np.uint8) for n in n_outs]
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    alone = [t.cuda_matvec(id_of(qtype), w, n, x) for w, n in zip(ws, n_outs)]
+    for group in DECODE_GROUPS + [list(range(9))]:
+        ys = t.cuda_matvec_targets(id_of(qtype), ws, list(n_outs), np.ascontiguousarray(x[group]))
+        assert len(ys) == len(n_outs)
+        for y, ref in zip(ys, alone):
+            assert np.array_equal(y, ref[group]), group
+
+
 def test_a_decode_config_that_does_not_exist_is_refused():
     rng = np.random.default_rng(3)
     raw = random_matrix(GT.Q4_0, 64, 8, rng)

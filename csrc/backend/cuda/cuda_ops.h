@@ -81,14 +81,33 @@ struct DecodeConfig {
 };
 bool decode_config_exists(const DecodeConfig& config);
 
-// The config matvec uses for n_rows (1..4) rows and n_out weight rows.
+// The config matvec uses for n_rows (1..4) rows and n_out weight rows (all
+// targets' together for matvec_targets).
 DecodeConfig decode_config(size_t n_out, size_t n_rows);
 
-// matvec for 1..4 rows with an explicit config (matvec itself picks
-// decode_config's); x as matvec checks it. Throws InvalidArgument for a
-// config that does not exist.
-void matvec_decode(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-                   size_t ld_y, const DecodeConfig& config, void* stream);
+// One matrix of a matvec_targets call: y (n_rows, ld_y) columns [0, n_out)
+// = x times w (n_out rows, GGUF layout).
+struct MatvecTarget {
+  const void* w = nullptr;
+  size_t n_out = 0;
+  float* y = nullptr;
+  size_t ld_y = 0;
+};
+constexpr size_t kMaxDecodeTargets = 3;
+
+// matvec for `count` (1..kMaxDecodeTargets) matrices of one type that read
+// the same x (a layer's q, k and v; gate and up): 1..4 rows run as one
+// decode launch over all of them (small matrices such as k and v fill the
+// GPU only together), more rows as one matvec per target. Each output's
+// bits are those matvec gives it alone.
+void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                    void* stream);
+
+// The decode launch of matvec_targets (1..4 rows) with an explicit config
+// (matvec picks decode_config's); x as matvec checks it. Throws
+// InvalidArgument for a config that does not exist.
+void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                   const DecodeConfig& config, void* stream);
 
 // out (n, width) = rms_norm of each row of x times weight (width floats;
 // null: no weight). `out` may equal x. A row may be a head: n = rows * heads,

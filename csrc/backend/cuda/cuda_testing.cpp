@@ -85,7 +85,8 @@ void launch_matvec(DType type, const void* w, size_t n_out, const cuda::Activati
   if (warp_rows == 0) {
     cuda::matvec(type, w, n_out, x, n_rows, y, n_out, stream);
   } else {
-    cuda::matvec_decode(type, w, n_out, x, n_rows, y, n_out, {warp_rows, unroll, wide}, stream);
+    const cuda::MatvecTarget target{w, n_out, y, n_out};
+    cuda::matvec_decode(type, &target, 1, x, n_rows, {warp_rows, unroll, wide}, stream);
   }
 }
 
@@ -125,6 +126,35 @@ std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, 
   launch_matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide, stream.get());
   stream.sync();
   return download<float>(dy, n_rows * n_out);
+}
+
+std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<const uint8_t*>& ws,
+                                               const std::vector<size_t>& n_outs, size_t k, const float* x,
+                                               size_t n_rows) {
+  check_matvec(type, k, n_rows, 0, 0, true);
+  if (ws.size() != n_outs.size() || ws.empty() || ws.size() > cuda::kMaxDecodeTargets) {
+    throw InvalidArgument("[cuda testing] matvec_targets: 1.." + std::to_string(cuda::kMaxDecodeTargets) +
+                          " matrices, one n_out each");
+  }
+  const DTypeInfo& info = dtype_info(type);
+  Stream stream;
+  std::vector<DeviceBuffer> dw, dy;
+  std::vector<cuda::MatvecTarget> targets;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    dw.push_back(upload(ws[i], n_outs[i] * (k / info.block_elems) * info.block_bytes, "weights"));
+    dy.emplace_back(std::max<size_t>(1, n_rows * n_outs[i]) * sizeof(float), "y");
+    targets.push_back({dw.back().get(), n_outs[i], dy.back().as<float>(), n_outs[i]});
+  }
+  DeviceBuffer dx = upload(x, n_rows * k, "x");
+  const ActivationFormat format = activation_format(type);
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  const cuda::ActivationView view =
+      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
+  cuda::matvec_targets(type, targets.data(), targets.size(), view, n_rows, stream.get());
+  stream.sync();
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < ws.size(); ++i) out.push_back(download<float>(dy[i], n_rows * n_outs[i]));
+  return out;
 }
 
 double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,

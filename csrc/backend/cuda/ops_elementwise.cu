@@ -52,11 +52,14 @@ __global__ void __launch_bounds__(kNormMaxThreads)
     sr[i] = e;
     return e;
   };
-  float v[kNormPerThread];
+  // The weights of the first pass are loaded with x, so their round trip
+  // overlaps the reduction instead of following it.
+  float v[kNormPerThread], wv[kNormPerThread];
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const size_t i = t + j * n;
     v[j] = i < width ? load(i) : 0.0f;
+    wv[j] = i < width && weight != nullptr ? weight[i] : 1.0f;
   }
   double sum = 0.0;
 #pragma unroll
@@ -82,19 +85,21 @@ __global__ void __launch_bounds__(kNormMaxThreads)
   const float scale = scale_s;
   float* o = out + row * width;
   const size_t row_block = row * (width / 32);
-  auto emit = [&](size_t i, float xi) {
-    const float y = weight != nullptr ? (xi * scale) * weight[i] : xi * scale;
+  auto emit = [&](size_t i, float xi, float wi) {
+    const float y = weight != nullptr ? (xi * scale) * wi : xi * scale;
     o[i] = y;
     if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(t % 32), row_block + i / 32, q, d, s);
   };
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const size_t i = t + j * n;
-    if (i < width) emit(i, v[j]);
+    if (i < width) emit(i, v[j], wv[j]);
   }
   // Each index is read and written by one thread, reads first: out may be x
   // (or sum_out).
-  for (size_t i = t + kNormPerThread * n; i < width; i += n) emit(i, rr != nullptr ? sr[i] : xr[i]);
+  for (size_t i = t + kNormPerThread * n; i < width; i += n) {
+    emit(i, rr != nullptr ? sr[i] : xr[i], weight != nullptr ? weight[i] : 1.0f);
+  }
 }
 
 __global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {

@@ -5,9 +5,11 @@
 // sums in a fixed butterfly: the order depends only on the row length, so a
 // row's result is bitwise the same for any tile size and position (batch and
 // chunking invariance).
+#include <string>
+
+#include "backend/cuda/activation_rows.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/activation_rows.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
@@ -60,12 +62,8 @@ void launch_matvec(const void* w, size_t n_out, const ActivationView& x, size_t 
   check_launch("matvec");
 }
 
-}  // namespace
-
-void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-            size_t ld_y, void* stream_ptr) {
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  if (n_rows == 0 || n_out == 0) return;
+// Activations in the format the weights need, rows of whole blocks.
+void check_matvec_input(DType type, const ActivationView& x) {
   if (x.format != activation_format(type)) {
     throw InternalError(std::string("[cuda matvec] weights of type ") + dtype_info(type).name + " need " +
                         activation_format_name(activation_format(type)) + " activations, got " +
@@ -74,17 +72,46 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
   if (x.k % 32 != 0 || x.k % dtype_info(type).block_elems != 0) {
     throw InternalError("[cuda matvec] row length " + std::to_string(x.k) + " is not a block multiple");
   }
+}
+
+}  // namespace
+
+void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+            size_t ld_y, void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (n_rows == 0 || n_out == 0) return;
+  check_matvec_input(type, x);
   // Decode groups (1..4 rows) have their own kernels (ops_matvec_decode.cu),
   // which compute every output as this one does; longer batches walk tiles
   // of kPrefillTileRows.
   if (n_rows <= 4) {
-    matvec_decode(type, w, n_out, x, n_rows, y, ld_y, decode_config(n_out, n_rows), stream_ptr);
+    const MatvecTarget target{w, n_out, y, ld_y};
+    matvec_decode(type, &target, 1, x, n_rows, decode_config(n_out, n_rows), stream_ptr);
     return;
   }
   const bool ok = dispatch_type(type, [&]<typename T>() {
     launch_matvec<T, kPrefillTileRows>(w, n_out, x, n_rows, y, ld_y, stream);
   });
   if (!ok) throw InternalError(std::string("[cuda matvec] no kernel for type ") + dtype_info(type).name);
+}
+
+void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                    void* stream) {
+  if (count == 0 || count > kMaxDecodeTargets) {
+    throw InternalError("[cuda matvec] " + std::to_string(count) + " targets (1.." +
+                        std::to_string(kMaxDecodeTargets) + ")");
+  }
+  if (n_rows > 4 || count == 1) {
+    for (size_t i = 0; i < count; ++i) {
+      matvec(type, targets[i].w, targets[i].n_out, x, n_rows, targets[i].y, targets[i].ld_y, stream);
+    }
+    return;
+  }
+  if (n_rows == 0) return;
+  size_t n_out = 0;
+  for (size_t i = 0; i < count; ++i) n_out += targets[i].n_out;
+  check_matvec_input(type, x);
+  matvec_decode(type, targets, count, x, n_rows, decode_config(n_out, n_rows), stream);
 }
 
 }  // namespace muser::cuda

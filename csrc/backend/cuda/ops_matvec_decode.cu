@@ -107,15 +107,34 @@ struct UnitLoader<TypeQ4_K, true> {
 template <typename T>
 constexpr bool kHasWideLoader = std::is_same_v<T, TypeQ4_0> || std::is_same_v<T, TypeQ4_K>;
 
-// Grid: ceil(n_out / (kDecodeWarpsPerBlock * kWarpRows)) blocks; warp g owns
-// weight rows [g * kWarpRows, (g + 1) * kWarpRows) for all kRows rows of x.
-// Weight rows past n_out (the last warp's) read the last row and store
-// nothing.
+// Up to kMaxDecodeTargets matrices that read the same activations (a
+// layer's q, k and v; gate and up), launched as one grid: target p owns
+// blocks [first_block[p], first_block[p + 1]).
+struct DecodeTargets {
+  const uint8_t* w[kMaxDecodeTargets];
+  float* y[kMaxDecodeTargets];
+  size_t n_out[kMaxDecodeTargets];
+  size_t ld_y[kMaxDecodeTargets];
+  unsigned first_block[kMaxDecodeTargets + 1];
+};
+
+// Warp g of a target owns its weight rows [g * kWarpRows, (g + 1) *
+// kWarpRows) for all kRows rows of x. Weight rows past n_out (the target's
+// last warp's) read the last row and store nothing.
 template <typename T, int kRows, int kWarpRows, int kUnroll, bool kWide>
 __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
-    matvec_decode_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units,
-                         ActivationView x, float* __restrict__ y, size_t ld_y) {
-  const size_t n0 = (static_cast<size_t>(blockIdx.x) * kDecodeWarpsPerBlock + threadIdx.x / 32) * kWarpRows;
+    matvec_decode_kernel(DecodeTargets targets, size_t row_bytes, int n_units, ActivationView x) {
+  // The block's target, by selects (a dynamic index into the parameter
+  // arrays would go through local memory).
+  const unsigned b = blockIdx.x;
+  const int p = b >= targets.first_block[1] ? (b >= targets.first_block[2] ? 2 : 1) : 0;
+  static_assert(kMaxDecodeTargets == 3, "the selects below name three targets");
+  const uint8_t* w = p == 0 ? targets.w[0] : p == 1 ? targets.w[1] : targets.w[2];
+  float* y = p == 0 ? targets.y[0] : p == 1 ? targets.y[1] : targets.y[2];
+  const size_t n_out = p == 0 ? targets.n_out[0] : p == 1 ? targets.n_out[1] : targets.n_out[2];
+  const size_t ld_y = p == 0 ? targets.ld_y[0] : p == 1 ? targets.ld_y[1] : targets.ld_y[2];
+  const unsigned first = p == 0 ? targets.first_block[0] : p == 1 ? targets.first_block[1] : targets.first_block[2];
+  const size_t n0 = (static_cast<size_t>(b - first) * kDecodeWarpsPerBlock + threadIdx.x / 32) * kWarpRows;
   if (n0 >= n_out) return;
   const int lane = threadIdx.x % 32;
   const uint8_t* wrow[kWarpRows];
@@ -164,45 +183,59 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
 }
 
 template <typename T, int kRows, int kWarpRows, int kUnroll>
-void launch_decode(const void* w, size_t n_out, const ActivationView& x, float* y, size_t ld_y, bool wide,
+void launch_decode(const MatvecTarget* targets, size_t count, const ActivationView& x, bool wide,
                    cudaStream_t stream) {
   const size_t k = x.k;
   const size_t row_bytes = k / T::kBlockElems * T::kBlockBytes;
   const int n_units = static_cast<int>(k / 32);
-  const dim3 grid(ceil_div(n_out, static_cast<size_t>(kDecodeWarpsPerBlock) * kWarpRows));
-  const auto* wb = static_cast<const uint8_t*>(w);
+  DecodeTargets t{};
+  unsigned blocks = 0;
+  bool aligned = row_bytes % 16 == 0;
+  for (size_t p = 0; p < kMaxDecodeTargets; ++p) {
+    t.first_block[p] = blocks;
+    if (p < count) {
+      t.w[p] = static_cast<const uint8_t*>(targets[p].w);
+      t.y[p] = targets[p].y;
+      t.n_out[p] = targets[p].n_out;
+      t.ld_y[p] = targets[p].ld_y;
+      aligned = aligned && reinterpret_cast<uintptr_t>(targets[p].w) % 16 == 0;
+      blocks += ceil_div(targets[p].n_out, static_cast<size_t>(kDecodeWarpsPerBlock) * kWarpRows);
+    }
+  }
+  t.first_block[kMaxDecodeTargets] = blocks;  // targets past count own no block
+  if (blocks == 0) return;
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
-    if (wide && row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0) {
+    if (wide && aligned) {
       matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>
-          <<<grid, kDecodeWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, n_out, n_units, x, y, ld_y);
+          <<<blocks, kDecodeWarpsPerBlock * 32, 0, stream>>>(t, row_bytes, n_units, x);
       launched = true;
     }
   }
   if (!launched) {
     matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>
-        <<<grid, kDecodeWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, n_out, n_units, x, y, ld_y);
+        <<<blocks, kDecodeWarpsPerBlock * 32, 0, stream>>>(t, row_bytes, n_units, x);
   }
   check_launch("matvec (decode)");
 }
 
 template <typename T, int kRows>
-bool launch_config(const DecodeConfig& c, const void* w, size_t n_out, const ActivationView& x, float* y,
-                   size_t ld_y, cudaStream_t stream) {
+bool launch_config(const DecodeConfig& c, const MatvecTarget* targets, size_t count, const ActivationView& x,
+                   cudaStream_t stream) {
   if (c.warp_rows == 1 && c.unroll == 1) {
-    launch_decode<T, kRows, 1, 1>(w, n_out, x, y, ld_y, c.wide, stream);
+    launch_decode<T, kRows, 1, 1>(targets, count, x, c.wide, stream);
     return true;
   }
   if constexpr (T::kFormat == ActivationFormat::F32) {
     // A float unit is 32 registers: the larger configs would spill, so
     // float weights hold two units per lane at most.
-    launch_decode<T, kRows, 2, 1>(w, n_out, x, y, ld_y, c.wide, stream);
+    launch_decode<T, kRows, 2, 1>(targets, count, x, c.wide, stream);
   } else if (c.warp_rows == 1 && c.unroll == 4) {
-    launch_decode<T, kRows, 1, 4>(w, n_out, x, y, ld_y, c.wide, stream);
+    launch_decode<T, kRows, 1, 4>(targets, count, x, c.wide, stream);
   } else if (c.warp_rows == 2 && c.unroll == 2) {
-    launch_decode<T, kRows, 2, 2>(w, n_out, x, y, ld_y, c.wide, stream);
+    launch_decode<T, kRows, 2, 2>(targets, count, x, c.wide, stream);
   } else if (c.warp_rows == 4 && c.unroll == 2) {
-    launch_decode<T, kRows, 4, 2>(w, n_out, x, y, ld_y, c.wide, stream);
+    launch_decode<T, kRows, 4, 2>(targets, count, x, c.wide, stream);
   } else {
     return false;
   }
@@ -232,24 +265,27 @@ DecodeConfig decode_config(size_t n_out, size_t n_rows) {
   return c;
 }
 
-void matvec_decode(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-                   size_t ld_y, const DecodeConfig& config, void* stream_ptr) {
+void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                   const DecodeConfig& config, void* stream_ptr) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   if (n_rows < 1 || n_rows > 4) {
     throw InternalError("[cuda matvec] the decode kernel takes 1..4 rows, got " + std::to_string(n_rows));
+  }
+  if (count < 1 || count > kMaxDecodeTargets) {
+    throw InternalError("[cuda matvec] the decode kernel takes 1.." + std::to_string(kMaxDecodeTargets) +
+                        " matrices, got " + std::to_string(count));
   }
   if (!decode_config_exists(config)) {
     throw InvalidArgument("[cuda matvec] no decode kernel with " + std::to_string(config.warp_rows) +
                           " weight rows per warp and " + std::to_string(config.unroll) + " units per lane");
   }
-  if (n_out == 0) return;
   bool ok = false;
   const bool typed = dispatch_type(type, [&]<typename T>() {
     switch (n_rows) {
-      case 1: ok = launch_config<T, 1>(config, w, n_out, x, y, ld_y, stream); break;
-      case 2: ok = launch_config<T, 2>(config, w, n_out, x, y, ld_y, stream); break;
-      case 3: ok = launch_config<T, 3>(config, w, n_out, x, y, ld_y, stream); break;
-      default: ok = launch_config<T, 4>(config, w, n_out, x, y, ld_y, stream); break;
+      case 1: ok = launch_config<T, 1>(config, targets, count, x, stream); break;
+      case 2: ok = launch_config<T, 2>(config, targets, count, x, stream); break;
+      case 3: ok = launch_config<T, 3>(config, targets, count, x, stream); break;
+      default: ok = launch_config<T, 4>(config, targets, count, x, stream); break;
     }
   });
   if (!typed || !ok) throw InternalError(std::string("[cuda matvec] no decode kernel for type ") + dtype_info(type).name);
