@@ -1,5 +1,5 @@
-"""The CUDA decode attention alone: microseconds per layer (the split kernel
-and its combine) at llama3-8b and smollm2-135m head layouts, 1 and 4 rows,
+"""The CUDA decode attention alone: microseconds per layer (one launch: the split
+blocks, the last of each row and head folding the partials) at llama3-8b and smollm2-135m head layouts, 1 and 4 rows,
 at several context lengths, with the layer's KV evicted from L2 before each
 launch (as a decode step's weights evict it between layers). Also the
 fraction of 4.3 TB/s the K/V reads reach.

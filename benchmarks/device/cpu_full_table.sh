@@ -2,11 +2,13 @@
 # Issue 11's whole target table on the device host's CPU (16-core Xeon), muser beside llama.cpp,
 # random-weight real shapes, in two device calls of under 10 minutes each:
 #   bash benchmarks/device/cpu_full_table.sh small   # smollm2 Q4_0/Q4_1/Q8_0, llama-1b Q4_0/Q4_K/Q6_K at 4 and 16 threads
-#   bash benchmarks/device/cpu_full_table.sh big     # llama3-8b Q4_0 and Q4_K at 16 threads, then thread scaling
+#   bash benchmarks/device/cpu_full_table.sh big     # read bandwidth, llama3-8b Q4_0 and Q4_K at 16 threads, thread scaling
 # Run from the repository root, carrying `.device` (../shared/tools/device/README.md says how to fill it) and
 # the pure-Python packages the device image lacks (jinja2, markupsafe, platformdirs, tqdm, gguf) in $PYLIB
 # (default .cudawork/lead/pylib). Each part skips what a warm machine already built (llama.cpp, muser, models).
-# Output: $OUT/table-<part>.txt; `python3 /work/notes/format_device.py` turns it into the markdown table.
+# ROUNDS=N (default 1) measures every cell N times, muser and llama.cpp alternating (the host's load drifts).
+# Output: $OUT/table-<part>.txt; `python3 benchmarks/device/format_table.py` turns it into the markdown table
+# (the best of the rounds per side).
 set -uo pipefail
 part=${1:?usage: cpu_full_table.sh small|big}
 . "$(dirname "$0")/common.sh" "table-$part.txt"
@@ -21,16 +23,21 @@ gen_models $specs &
 build_muser_cpu "build-$part.log" || exit 1
 export PYTHONPATH="$root/src:$root:$lib"
 wait; log "muser, llama.cpp and models ready"
+if [ "$part" = big ]; then
+  log "read bandwidth (benchmarks/device/read_bandwidth.c): the ceiling of a decode step's bytes per second"
+  gcc -O2 -march=native -fopenmp benchmarks/device/read_bandwidth.c -o "$w/read_bandwidth" &&
+    timeout 60 "$w/read_bandwidth" 4 1,2,4,8,16 2>&1 | tee -a "$res"
+fi
 
 for s in $specs; do
   f="$w/${s%%:*}-${s##*:}.gguf"; name=$(basename "$f" .gguf)
-  for t in $threads; do
+  for t in $threads; do for round in $(seq "${ROUNDS:-1}"); do
     timeout 150 python3 -u "$d/mb.py" "$f" "$t" 2>&1 | tail -1 | tee -a "$res"
     timeout 150 "$w/b/bin/llama-bench" -m "$f" -t "$t" -p 512 -n 64 -r 2 -o csv 2>/dev/null |
       python3 -c "import csv,sys; r=list(csv.DictReader(sys.stdin)); print('llama   %-28s t=%-3s pp512 %8.1f  tg %7.1f' % (sys.argv[1], sys.argv[2], *[float(x['avg_ts']) for x in r]))" "$name.gguf" "$t" | tee -a "$res"
     timeout 150 "$w/b/bin/llama-batched-bench" -m "$f" -t "$t" -c 2048 -b 512 -ub 512 -npp 64 -ntg 32 -npl 4 2>/dev/null |
       awk -F'|' -v f="$name.gguf" -v t="$t" '/^\|[ ]+[0-9]/{printf "llama   %-28s t=%-3s 4-seq decode %7.1f\n", f, t, $9}' | tee -a "$res"
-  done
+  done; done
 done
 if [ "$part" = big ]; then
   log "thread scaling"

@@ -96,6 +96,13 @@ struct AttentionCase {
   size_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, window = 0;
   float scale = 1.0f;
 };
+// Runs the attention of c over all its rows, then over its first n rows for
+// each n of later_row_counts, all on one scratch, and raises InternalError
+// unless every later launch gives each row the first launch's bits.
+void attention_on_shared_scratch(const AttentionCase& c, const std::vector<size_t>& later_row_counts);
+// The attention that also quantizes its output (Q8_0 / Q8_1) for the output
+// projection, as the backend runs it before such a matvec.
+NormQuantized attention_quantized(const AttentionCase& c, ActivationFormat format);
 std::vector<float> attention(const AttentionCase& c);
 // Mean microseconds of the attention launch(es) of case c over `reps` runs,
 // each with the KV evicted from L2 first (for benchmarks/bench_cuda_attention.py).

@@ -325,6 +325,41 @@ void bind_testing_cuda(nb::module_& m) {
       nb::arg("n_head_kv"), nb::arg("ring_rows") = 0, nb::arg("window") = 0, nb::arg("scale") = 1.0f,
       "Attention of query rows at `positions` over one layer's f16 K/V planes (raw bits), on the GPU.");
   m.def(
+      "cuda_attention_on_shared_scratch",
+      [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
+         size_t n_head, size_t n_head_kv, std::vector<size_t> later_row_counts) {
+        const cuda_testing::AttentionCase c =
+            attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, 0, 0, 1.0f);
+        nb::gil_scoped_release release;
+        cuda_testing::attention_on_shared_scratch(c, later_row_counts);
+      },
+      nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
+      nb::arg("n_head_kv"), nb::arg("later_row_counts"),
+      "Attention over all rows, then over the first n rows for each later count, on one scratch; raises unless "
+      "each row keeps its bits.");
+  m.def(
+      "cuda_attention_quantized",
+      [](const std::string& format_name, const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q,
+         std::vector<int32_t> positions, size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window,
+         float scale) {
+        const ActivationFormat format = format_of(format_name);
+        const cuda_testing::AttentionCase c =
+            attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, ring_rows, window, scale);
+        cuda_testing::NormQuantized r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::attention_quantized(c, format);
+        }
+        const size_t n = c.positions.size(), width = n_head * c.head_dim_v;
+        const size_t nd = r.q.d.size(), ns = r.q.s.size();
+        return nb::make_tuple(to_numpy(std::move(r.out), {n, width}), to_numpy(std::move(r.q.q), {n, width}),
+                              to_numpy(std::move(r.q.d), {nd}), to_numpy(std::move(r.q.s), {ns}));
+      },
+      nb::arg("format"), nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"),
+      nb::arg("n_head"), nb::arg("n_head_kv"), nb::arg("ring_rows") = 0, nb::arg("window") = 0,
+      nb::arg("scale") = 1.0f,
+      "(out, q, d, s): the attention and its output quantized (Q8_0/Q8_1) in the same launch, on the GPU.");
+  m.def(
       "cuda_time_attention",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
          size_t n_head, size_t n_head_kv, int reps) {

@@ -459,9 +459,46 @@ def test_attention_rows_are_bitwise_independent_of_group_order_and_tile():
     assert np.array_equal(run(many), y)
 
 
-def test_the_attention_timer_measures_the_launch_pair():
+def test_attention_launches_of_any_row_count_can_share_one_scratch():
+    """A step's attention scratch serves every launch (decode groups of 1..4,
+    prefill tiles up to 64): launches of other row counts on the same scratch
+    keep every row's bits (the binding raises otherwise). The first GPU run of
+    the fused fold placed its counters by row count and failed this way."""
+    rng = np.random.default_rng(11)
+    k, v = _kv_planes(rng, 4096, 8, 128, 128)
+    positions = [int(p) for p in rng.integers(0, 4096, 70)]
+    q = rng.standard_normal((70, 32 * 128)).astype(np.float32)
+    t.cuda_attention_on_shared_scratch(k, v, q, positions, 32, 8, [5, 70, 1, 37, 4, 64, 70])
+    with pytest.raises(ValueError):
+        t.cuda_attention_on_shared_scratch(k, v, q, positions, 32, 8, [71])
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_attention_quantized_writes_the_attention_and_exactly_its_quantization(fmt, head_dim):
+    """The launch that also quantizes the output projection's input: its
+    floats bitwise the plain attention's, its Q8 bytes bitwise those the
+    activation quantizer writes from those floats; 70 rows span two launch
+    tiles."""
+    rng = np.random.default_rng(head_dim + len(fmt))
+    n_head, n_head_kv = 8, 2
+    k, v = _kv_planes(rng, 4096, n_head_kv, head_dim, head_dim)
+    positions = [int(p) for p in rng.integers(0, 4096, 70)]
+    q = rng.standard_normal((70, n_head * head_dim)).astype(np.float32)
+    out, qs, d, s = t.cuda_attention_quantized(fmt, k, v, q, positions, n_head, n_head_kv, 0, 0, 0.1)
+    assert np.array_equal(out, t.cuda_attention(k, v, q, positions, n_head, n_head_kv, 0, 0, 0.1))
+    ref_q, ref_d, ref_s, _ = t.cuda_quantize(fmt, out)
+    assert np.array_equal(qs, ref_q)
+    assert np.array_equal(d, ref_d)
+    assert np.array_equal(s, ref_s)
+
+
+def test_the_attention_timer_measures_the_launch_and_repeats_its_bits():
     """benchmarks/bench_cuda_attention.py's timer: a positive time, bounded, and
-    an invalid repetition count is refused."""
+    an invalid repetition count is refused. Its timed launches reuse one
+    scratch with the output poisoned before each, and must give the first
+    launch's bits (the binding raises otherwise): the per-(row, head)
+    counters that pick the block folding the partials are left clean."""
     rng = np.random.default_rng(7)
     k, v = _kv_planes(rng, 4096, 8, 128, 128)
     q = rng.standard_normal((4, 32 * 128)).astype(np.float32)

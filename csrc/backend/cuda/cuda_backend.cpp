@@ -237,6 +237,7 @@ void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
     drop_captures();
     attention_scratch_ = DeviceBuffer(0, "");
     attention_scratch_ = DeviceBuffer(c.attention_bytes, "attention partials of a step");
+    clear_attention_scratch(attention_scratch_.get(), attention_scratch_.bytes(), stream_);
   }
   if (logits_host_.bytes() < logits_floats * sizeof(float)) {
     drop_captures();
@@ -280,9 +281,10 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   };
   for (Memo& m : memo_) m.source = kNoTensor;
   // The Q8_0 / Q8_1 format in which op i + 1, a matvec, reads the rows op i
-  // (an RmsNorm over whole rows, or a Glu) writes; F32 when op i cannot hand
-  // them over already quantized (rms_norm_quantized / glu_quantized then
-  // save the quantization's launch).
+  // (an RmsNorm over whole rows, a Glu or an Attention) writes; F32 when op
+  // i cannot hand them over already quantized (rms_norm_quantized,
+  // glu_quantized and attention_quantized then save the quantization's
+  // launch).
   auto quantized_by_op = [&](size_t i) -> ActivationFormat {
     const Op& op = graph.ops[i];
     const TensorDesc& out = graph.tensor(op.dst);
@@ -463,10 +465,20 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
                  k.rows, stream_);
         break;
       }
-      case OpKind::Attention:
-        attention(kv, attention_shape(p, n_layer, ring_layer[p.layer]), act(c, op.src[0]), dst->rows,
-                  act(c, op.dst), attention_scratch_.get(), stream_);
+      case OpKind::Attention: {
+        const AttentionShape shape = attention_shape(p, n_layer, ring_layer[p.layer]);
+        const ActivationFormat f = quantized_by_op(i);
+        if (f != ActivationFormat::F32 && shape.head_dim_v % 32 == 0) {
+          // The output projection's input quantized by the attention launch itself.
+          made_here.source = op.dst;
+          made_here.view = attention_quantized(kv, shape, act(c, op.src[0]), dst->rows, act(c, op.dst),
+                                               attention_scratch_.get(), f,
+                                               act_scratch_[static_cast<uint32_t>(f)].get(), stream_);
+          break;
+        }
+        attention(kv, shape, act(c, op.src[0]), dst->rows, act(c, op.dst), attention_scratch_.get(), stream_);
         break;
+      }
     }
     // A quantization of a tensor these ops rewrote is stale; one they wrote
     // themselves replaces its format's memo (the scratch now holds it).

@@ -196,10 +196,19 @@ struct AttentionShape {
   float scale = 1.0f;
 };
 // `scratch`: attention_scratch_bytes(shape, n_rows) of device memory for
-// the per-split partials (rows run in tiles of at most 64 per launch pair,
-// so a prefill step needs no more than a tile's worth).
+// the per-split partials and a counter per (row, head) (rows run in tiles of
+// at most 64 per launch, so a prefill step needs no more than a tile's
+// worth). The counters must be zero before the first call: clear a new
+// scratch once with clear_attention_scratch; every call leaves them zero.
 size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows);
+void clear_attention_scratch(void* scratch, size_t bytes, void* stream);
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                void* scratch, void* stream);
+// attention that also quantizes its output rows for the matvec that reads
+// them, as rms_norm_quantized does (Q8_0 / Q8_1, head_dim_v % 32 == 0):
+// one launch instead of attention's and the quantization's.
+ActivationView attention_quantized(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows,
+                                   float* out, void* scratch, ActivationFormat format, void* q_scratch,
+                                   void* stream);
 
 }  // namespace muser::cuda

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/cuda_device.h"
@@ -396,10 +397,16 @@ std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, s
 
 namespace {
 
-// Runs the attention of case c once, then (reps > 0) reps more times, each
-// after a write of 256 MiB that evicts the KV from L2 (as a decode step's
-// weights do between layers); *us gets the mean of the timed launches.
-std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
+// Runs the attention of case c once, then (reps > 0) reps more times on the
+// same scratch, each after a write of 256 MiB that evicts the KV from L2 (as
+// a decode step's weights do between layers) and after the output is
+// poisoned with NaNs; *us gets the mean of the timed launches. Every timed
+// launch must give the first one's bits: the scratch's per-(row, head)
+// counters decide which block folds the partials, and a launch that left
+// them dirty would leave the next one's output unwritten.
+std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
+                                 ActivationFormat format = ActivationFormat::F32, QuantizedRows* quantized = nullptr,
+                                 const std::vector<size_t>* later_row_counts = nullptr) {
   require_device();
   const size_t n_rows = c.positions.size();
   const size_t k_width = c.n_head_kv * c.head_dim_k, v_width = c.n_head_kv * c.head_dim_v;
@@ -439,8 +446,39 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
   shape.window = c.window;
   shape.scale = c.scale;
   DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n_rows), "attention partials");
-  cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
-  stream.sync();
+  cuda::clear_attention_scratch(scratch.get(), scratch.bytes(), stream.get());
+  const size_t n_out = n_rows * c.n_head * c.head_dim_v;
+  if (format != ActivationFormat::F32) {
+    DeviceBuffer q_scratch(cuda::activation_bytes(format, n_rows, c.n_head * c.head_dim_v), "quantized out");
+    const cuda::ActivationView v = cuda::attention_quantized(kv, shape, dq.as<float>(), n_rows, dout.as<float>(),
+                                                             scratch.get(), format, q_scratch.get(), stream.get());
+    stream.sync();
+    quantized->q = download_ptr(v.q, n_out);
+    quantized->d = download_ptr(v.d, n_out / 32);
+    if (v.s != nullptr) quantized->s = download_ptr(v.s, n_out / 32);
+  } else {
+    cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
+    stream.sync();
+  }
+  std::vector<float> first = download<float>(dout, n_out);
+  if (later_row_counts != nullptr) {
+    // Launches over the first n rows on the same scratch, output poisoned
+    // first: each row must give its bits from the first launch (the
+    // counters and partials of launches of other sizes must not collide).
+    const size_t row_floats = c.n_head * c.head_dim_v;
+    for (size_t n : *later_row_counts) {
+      if (n == 0 || n > n_rows) throw InvalidArgument("[cuda testing] attention: a later row count outside 1..rows");
+      cuda::check_cuda(cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), static_cast<cudaStream_t>(stream.get())),
+                       "poison");
+      cuda::attention(kv, shape, dq.as<float>(), n, dout.as<float>(), scratch.get(), stream.get());
+      stream.sync();
+      const std::vector<float> again = download<float>(dout, n * row_floats);
+      if (std::memcmp(again.data(), first.data(), n * row_floats * sizeof(float)) != 0) {
+        throw InternalError("[cuda testing] attention: a later launch of " + std::to_string(n) +
+                            " rows on the shared scratch gave other bits");
+      }
+    }
+  }
   if (reps > 0) {
     constexpr size_t kFlushBytes = size_t{256} << 20;
     DeviceBuffer flush(kFlushBytes, "L2 flush");
@@ -452,6 +490,7 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
     for (int i = 0; i < reps && err == cudaSuccess; ++i) {
       cudaStream_t s = static_cast<cudaStream_t>(stream.get());
       err = cudaMemsetAsync(flush.get(), i & 0xff, kFlushBytes, s);
+      if (err == cudaSuccess) err = cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), s);
       if (err == cudaSuccess) err = cudaEventRecord(start, s);
       if (err == cudaSuccess) {
         cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
@@ -466,13 +505,30 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us) {
     cudaEventDestroy(stop);
     cuda::check_cuda(err, "timed attention");
     *us = 1000.0 * total_ms / reps;
+    const std::vector<float> last = download<float>(dout, n_out);
+    if (std::memcmp(last.data(), first.data(), n_out * sizeof(float)) != 0) {
+      throw InternalError("[cuda testing] attention: a repeated launch on one scratch gave other bits");
+    }
   }
-  return download<float>(dout, n_rows * c.n_head * c.head_dim_v);
+  return first;
 }
 
 }  // namespace
 
 std::vector<float> attention(const AttentionCase& c) { return run_attention(c, 0, nullptr); }
+
+void attention_on_shared_scratch(const AttentionCase& c, const std::vector<size_t>& later_row_counts) {
+  run_attention(c, 0, nullptr, ActivationFormat::F32, nullptr, &later_row_counts);
+}
+
+NormQuantized attention_quantized(const AttentionCase& c, ActivationFormat format) {
+  if ((format != ActivationFormat::Q8_0 && format != ActivationFormat::Q8_1) || c.head_dim_v % 32 != 0) {
+    throw InvalidArgument("[cuda testing] attention_quantized: Q8_0 or Q8_1 and heads of a multiple of 32");
+  }
+  NormQuantized r;
+  r.out = run_attention(c, 0, nullptr, format, &r.q);
+  return r;
+}
 
 double attention_time_us(const AttentionCase& c, int reps) {
   if (reps <= 0) throw InvalidArgument("[cuda testing] attention_time_us: reps must be positive");

@@ -1,0 +1,46 @@
+"""Issue 11's markdown table from a cpu_full_table.sh results file: muser / llama.cpp per cell.
+
+    python benchmarks/device/format_table.py table-small.txt
+
+With ROUNDS > 1 a cell was measured several times, muser and llama.cpp alternating; the best of each side is
+shown (the host's load drifts over tens of seconds, so the best run is the one least disturbed), with the
+number of runs behind it when there was more than one.
+"""
+
+import re
+import sys
+
+
+def read_cells(path: str) -> dict:
+    cells: dict = {}
+    for line in open(path):
+        m = re.match(r"\s*(muser|llama)\s+(\S+?)(?:\.gguf)?\s+t=(\d+)\s+(.*)", line.split("] ")[-1])
+        if not m:
+            continue
+        who, model, threads, rest = m.groups()
+        cell = cells.setdefault((model, int(threads)), {})
+        for key, value in re.findall(r"(pp512|tg|4-row|4-seq decode)\s+([\d.]+)", rest):
+            cell.setdefault((who, {"4-seq decode": "4-row"}.get(key, key)), []).append(float(value))
+    return cells
+
+
+def main() -> None:
+    print("| model | threads | prefill 512 | single-row decode | 4 rows vs 4 sequences |")
+    print("|---|---|---|---|---|")
+    for (model, threads), cell in sorted(read_cells(sys.argv[1]).items()):
+        shown = []
+        for key in ("pp512", "tg", "4-row"):
+            ours, theirs = cell.get(("muser", key)), cell.get(("llama", key))
+            runs = max(len(ours or []), len(theirs or []))
+            note = f" [best of {runs}]" if runs > 1 else ""
+            if not ours:
+                shown.append("-")
+            elif not theirs:
+                shown.append(f"{max(ours):.1f} / -")
+            else:
+                shown.append(f"{max(ours):.1f} / {max(theirs):.1f} ({max(ours) / max(theirs):.2f}x){note}")
+        print(f"| {model} | {threads} | " + " | ".join(shown) + " |")
+
+
+if __name__ == "__main__":
+    main()
