@@ -57,7 +57,7 @@ def test_a_matvec_row_is_bitwise_the_same_alone_in_any_group_and_in_prefill_tile
 
 # The decode kernel configs (csrc/backend/cuda/cuda_ops.h, DecodeConfig):
 # (weight rows per warp, units per lane in flight).
-DECODE_CONFIGS = [(1, 1), (1, 4), (2, 2), (4, 2)]
+DECODE_CONFIGS = [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2)]
 # Row groups of a 9-row batch: every size 1..4, orders, a repeated row.
 DECODE_GROUPS = [[4], [8], [0, 7], [7, 0], [2, 5, 8], [8, 2, 5], [1, 3, 6, 0], [6, 0, 3, 1], [5, 5, 2, 5]]
 
@@ -89,10 +89,10 @@ def test_every_decode_config_gives_each_row_the_bits_of_the_prefill_tiles(qtype,
 @pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.Q8_0, GT.F16], ids=lambda q: q.name)
 @pytest.mark.parametrize("n_out", [1, 1030, 3000, 8195])
 def test_the_decode_config_matvec_picks_keeps_rows_bitwise_at_every_matrix_height(qtype, n_out):
-    """matvec picks its decode config from n_out and the group size (one
-    weight row per warp below 2048 rows, 2 or 4 above): across those
-    heights a row is bitwise the same alone, in groups of 2..4 and in a
-    prefill tile."""
+    """matvec picks its decode config from the type, n_out and the group
+    size (one weight row per warp below 2048 or 8192 rows, 2 or 4 above):
+    across those heights a row is bitwise the same alone, in groups of 2..4
+    and in a prefill tile."""
     k = 256
     rng = np.random.default_rng(n_out + id_of(qtype))
     raw = random_matrix(qtype, k, n_out, rng)
@@ -130,8 +130,10 @@ def test_a_decode_config_that_does_not_exist_is_refused():
     x = rng.standard_normal((2, 64)).astype(np.float32)
     with pytest.raises(ValueError, match="no decode kernel"):
         t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 3, 1)
+    with pytest.raises(ValueError, match="no decode kernel"):
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 1, 4)
     with pytest.raises(ValueError, match="1..4 rows"):
-        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, np.zeros((5, 64), np.float32), 1, 4)
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, np.zeros((5, 64), np.float32), 2, 2)
 
 
 def test_the_matvec_timer_measures_a_launch():

@@ -71,7 +71,7 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
 // using any; `wide` lets Q4_0 and Q4_K rows that start 16-byte aligned load
 // their units in aligned 16-byte words. Every config gives each output the
 // same bits as matvec's prefill tiles (configs differ only in speed).
-// Configs that exist: warp_rows 1 with unroll 1 or 4, 2 with 2, 4 with 2
+// Configs that exist: warp_rows 1 with unroll 1, 2 or 4 with unroll 1 or 2
 // (float weights run every config but 1 x 1 as 2 x 1: their units are 32
 // registers each).
 struct DecodeConfig {
@@ -81,9 +81,9 @@ struct DecodeConfig {
 };
 bool decode_config_exists(const DecodeConfig& config);
 
-// The config matvec uses for n_rows (1..4) rows and n_out weight rows (all
-// targets' together for matvec_targets).
-DecodeConfig decode_config(size_t n_out, size_t n_rows);
+// The config matvec uses for weights of `type`, n_rows (1..4) rows and
+// n_out weight rows (all targets' together for matvec_targets).
+DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows);
 
 // One matrix of a matvec_targets call: y (n_rows, ld_y) columns [0, n_out)
 // = x times w (n_out rows, GGUF layout).

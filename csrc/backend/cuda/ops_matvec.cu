@@ -86,7 +86,7 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
   // of kPrefillTileRows.
   if (n_rows <= 4) {
     const MatvecTarget target{w, n_out, y, ld_y};
-    matvec_decode(type, &target, 1, x, n_rows, decode_config(n_out, n_rows), stream_ptr);
+    matvec_decode(type, &target, 1, x, n_rows, decode_config(type, n_out, n_rows), stream_ptr);
     return;
   }
   const bool ok = dispatch_type(type, [&]<typename T>() {
@@ -111,7 +111,7 @@ void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const
   size_t n_out = 0;
   for (size_t i = 0; i < count; ++i) n_out += targets[i].n_out;
   check_matvec_input(type, x);
-  matvec_decode(type, targets, count, x, n_rows, decode_config(n_out, n_rows), stream);
+  matvec_decode(type, targets, count, x, n_rows, decode_config(type, n_out, n_rows), stream);
 }
 
 }  // namespace muser::cuda

@@ -222,22 +222,21 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
 template <typename T, int kRows>
 bool launch_config(const DecodeConfig& c, const MatvecTarget* targets, size_t count, const ActivationView& x,
                    cudaStream_t stream) {
-  if (c.warp_rows == 1 && c.unroll == 1) {
+  if (!decode_config_exists(c)) return false;
+  if (c.warp_rows == 1) {
     launch_decode<T, kRows, 1, 1>(targets, count, x, c.wide, stream);
-    return true;
-  }
-  if constexpr (T::kFormat == ActivationFormat::F32) {
+  } else if constexpr (T::kFormat == ActivationFormat::F32) {
     // A float unit is 32 registers: the larger configs would spill, so
     // float weights hold two units per lane at most.
     launch_decode<T, kRows, 2, 1>(targets, count, x, c.wide, stream);
-  } else if (c.warp_rows == 1 && c.unroll == 4) {
-    launch_decode<T, kRows, 1, 4>(targets, count, x, c.wide, stream);
-  } else if (c.warp_rows == 2 && c.unroll == 2) {
+  } else if (c.warp_rows == 2 && c.unroll == 1) {
+    launch_decode<T, kRows, 2, 1>(targets, count, x, c.wide, stream);
+  } else if (c.warp_rows == 2) {
     launch_decode<T, kRows, 2, 2>(targets, count, x, c.wide, stream);
-  } else if (c.warp_rows == 4 && c.unroll == 2) {
-    launch_decode<T, kRows, 4, 2>(targets, count, x, c.wide, stream);
+  } else if (c.unroll == 1) {
+    launch_decode<T, kRows, 4, 1>(targets, count, x, c.wide, stream);
   } else {
-    return false;
+    launch_decode<T, kRows, 4, 2>(targets, count, x, c.wide, stream);
   }
   return true;
 }
@@ -245,23 +244,27 @@ bool launch_config(const DecodeConfig& c, const MatvecTarget* targets, size_t co
 }  // namespace
 
 bool decode_config_exists(const DecodeConfig& c) {
-  return (c.warp_rows == 1 && (c.unroll == 1 || c.unroll == 4)) || (c.warp_rows == 2 && c.unroll == 2) ||
-         (c.warp_rows == 4 && c.unroll == 2);
+  return (c.warp_rows == 1 && c.unroll == 1) ||
+         ((c.warp_rows == 2 || c.warp_rows == 4) && (c.unroll == 1 || c.unroll == 2));
 }
 
-DecodeConfig decode_config(size_t n_out, size_t n_rows) {
-  // One weight row per warp keeps the most warps on small matrices (k/v:
-  // 1024 rows); several rows per warp pay off once activation reads, which
-  // grow with the group, are what bounds the kernel.
+DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows) {
+  // Measured on the H200 (benchmarks/bench_cuda_matvec.py, llama3-8b shapes,
+  // Q4_0 and Q4_K): one weight row per warp, one unit at a time, is fastest
+  // on small matrices (k/v: 1024 rows) and as fast as any on 4096-row ones
+  // at 1..2 rows; two rows per warp with two units each lane in flight wins
+  // on the large ones (gate/up, output: 83% of 4.3 TB/s at 1 row against
+  // 71%) and on 4096-row ones at 3..4 rows, where sharing each activation
+  // load between weight rows starts to count. Q4_K gains from it from 2048
+  // rows on and prefers four rows per warp at 3..4 rows. Unrolling one row
+  // four units deep was slower everywhere (so that config is gone).
   DecodeConfig c;
   c.wide = true;
-  if (n_rows == 1 || n_out < 2048) {
-    c.warp_rows = 1;
-    c.unroll = 4;
-  } else {
-    c.warp_rows = n_out >= 8192 ? 4 : 2;
-    c.unroll = 2;
-  }
+  const bool q4k = type == DType::Q4_K;
+  const size_t large = n_rows <= 2 && !q4k ? 8192 : 2048;
+  if (n_out < large) return c;  // 1 x 1
+  c.warp_rows = q4k && n_rows >= 3 ? 4 : 2;
+  c.unroll = 2;
   return c;
 }
 
