@@ -37,6 +37,8 @@ namespace {
 constexpr int kDecodeWarpsPerBlock = 4;
 
 // Loads unit u of a weight row as T::load does (bitwise the same Unit).
+// The wide loaders read through the read-only data path (__ldg): the
+// weights never change while a kernel runs.
 template <typename T, bool kWide>
 struct UnitLoader {
   __device__ static void load(const uint8_t* row, int u, typename T::Unit& w) { T::load(row, u, w); }
@@ -50,7 +52,7 @@ struct UnitLoader<TypeQ4_0, true> {
   __device__ static void load(const uint8_t* row, int u, TypeQ4_0::Unit& w) {
     const int off = TypeQ4_0::kBlockBytes * u;
     const uint4* p = reinterpret_cast<const uint4*>(row + (off & ~15));
-    const uint4 a = p[0], b = p[1];
+    const uint4 a = __ldg(p), b = __ldg(p + 1);
     const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     const int e = (off & 15) >> 2;   // the window word holding the block's first byte, 0..3
     const int shift = (off & 3) * 8; // 0, or 16 for a block starting mid-word
@@ -81,9 +83,9 @@ struct UnitLoader<TypeQ4_K, true> {
   __device__ static void load(const uint8_t* row, int u, TypeQ4_K::Unit& w) {
     const uint8_t* b = row + TypeQ4_K::kBlockBytes * (u / 8);
     const int t = u % 8, p = t / 2, shift = 4 * (t % 2);
-    const uint4 head = *reinterpret_cast<const uint4*>(b);
+    const uint4 head = __ldg(reinterpret_cast<const uint4*>(b));
     const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * p);
-    const uint4 lo = qs[0], hi = qs[1];
+    const uint4 lo = __ldg(qs), hi = __ldg(qs + 1);
     w.d = f16_bits_to_f32(static_cast<uint16_t>(head.x & 0xffffu));
     w.dmin = f16_bits_to_f32(static_cast<uint16_t>(head.x >> 16));
     // Scale bytes t % 4 of bytes 0..3, 4..7 and 8..11 (block bytes 4.., 8.., 12..).
@@ -106,6 +108,18 @@ struct UnitLoader<TypeQ4_K, true> {
 
 template <typename T>
 constexpr bool kHasWideLoader = std::is_same_v<T, TypeQ4_0> || std::is_same_v<T, TypeQ4_K>;
+
+// Programmatic dependent launch (sm_90+): waits until the previous kernel
+// in the stream has completed and its writes are visible, then lets the
+// next kernel be scheduled (so at most one grid waits at a time). Both are
+// no-ops for a kernel launched without the programmatic serialization
+// attribute.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 // Up to kMaxDecodeTargets matrices that read the same activations (a
 // layer's q, k and v; gate and up), launched as one grid: target p owns
@@ -149,8 +163,10 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  for (int base = lane; base < n_units; base += 32 * kUnroll) {
-    typename T::Unit unit[kUnroll][kWarpRows];
+  typename T::Unit unit[kUnroll][kWarpRows];
+  // Loads the batch of units base, base + 32, ... (kUnroll of them) of
+  // each weight row.
+  auto load_batch = [&](int base) {
 #pragma unroll
     for (int s = 0; s < kUnroll; ++s) {
       const int u = base + 32 * s;
@@ -159,6 +175,16 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
         for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
       }
     }
+  };
+  int base = lane;
+  load_batch(base);
+  // Nothing above reads what an earlier kernel writes (weights are
+  // uploaded once), so under programmatic dependent launch the first
+  // batch's weight loads are in flight while the previous kernel finishes;
+  // the activations are read only after this wait. Launched normally, the
+  // wait and the trigger return at once.
+  wait_for_previous_kernel();
+  for (;;) {
     // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
     for (int s = 0; s < kUnroll; ++s) {
@@ -171,6 +197,9 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
         }
       }
     }
+    base += 32 * kUnroll;
+    if (base >= n_units) break;
+    load_batch(base);
   }
 #pragma unroll
   for (int j = 0; j < kWarpRows; ++j) {
