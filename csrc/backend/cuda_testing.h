@@ -85,6 +85,21 @@ std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, s
                              size_t head_dim, size_t n_rot, bool neox, const std::vector<int32_t>& positions,
                              double base);
 
+// A layer's rope pair and KV store: q (a) and k (b) rotated at `positions`,
+// then the rotated k and v (n_rows, v_width) stored as f16 into layer 1 of
+// two-layer planes of plane_rows rows (every plane row starting as 0xffff;
+// ring_rows > 0 stores position p at row p % ring_rows; rows with
+// writes[r] == 0 store nothing). fused: rope_pair_kv's one launch, else
+// rope_pair then write_kv.
+struct RopeKvResult {
+  std::vector<float> a, b;
+  std::vector<uint16_t> k_plane, v_plane;  // layer 1's, (plane_rows, width)
+};
+RopeKvResult rope_pair_kv(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, const float* v,
+                          size_t v_width, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
+                          const std::vector<int32_t>& positions, double base, size_t plane_rows, size_t ring_rows,
+                          const std::vector<int32_t>& writes, bool fused);
+
 // One layer of f16 K/V planes of `plane_rows` rows and queries at given
 // positions; ring_rows > 0 reads position p at row p % ring_rows.
 struct AttentionCase {

@@ -43,6 +43,11 @@ NormQuantized glu_quantized(ActivationFormat, int, const float*, const float*, s
   unavailable("glu_quantized");
 }
 std::vector<float> softcap(const float*, size_t, float) { unavailable("softcap"); }
+RopeKvResult rope_pair_kv(const float*, size_t, const float*, size_t, const float*, size_t, size_t, size_t, size_t,
+                          bool, const std::vector<int32_t>&, double, size_t, size_t, const std::vector<int32_t>&,
+                          bool) {
+  unavailable("rope_pair_kv");
+}
 std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, const std::vector<int32_t>&, double,
                         double, const std::vector<float>&) {
   unavailable("rope");

@@ -309,6 +309,35 @@ void bind_testing_cuda(nb::module_& m) {
       nb::arg("positions"), nb::arg("base"),
       "(a, b) rotated at `positions` in one launch (the backend's q/k rope), on the GPU.");
   m.def(
+      "cuda_rope_pair_kv",
+      [](const Floats2D& a, size_t n_heads_a, const Floats2D& b, size_t n_heads_b, const Floats2D& v, size_t n_rot,
+         bool neox, std::vector<int32_t> positions, double base, size_t plane_rows, size_t ring_rows,
+         std::vector<int32_t> writes, bool fused) {
+        const size_t n_rows = a.shape(0);
+        if (n_heads_a == 0 || n_heads_b == 0 || b.shape(0) != n_rows || v.shape(0) != n_rows ||
+            a.shape(1) % n_heads_a != 0 || b.shape(1) % n_heads_b != 0 ||
+            a.shape(1) / n_heads_a != b.shape(1) / n_heads_b) {
+          throw InvalidArgument("[testing] rope_pair_kv: rows and head sizes of a, b and v must agree");
+        }
+        const size_t head_dim = a.shape(1) / n_heads_a, v_width = v.shape(1);
+        cuda_testing::RopeKvResult r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::rope_pair_kv(a.data(), n_heads_a, b.data(), n_heads_b, v.data(), v_width, n_rows,
+                                         head_dim, n_rot, neox, positions, base, plane_rows, ring_rows, writes, fused);
+        }
+        return nb::make_tuple(to_numpy(std::move(r.a), {n_rows, a.shape(1)}),
+                              to_numpy(std::move(r.b), {n_rows, b.shape(1)}),
+                              to_numpy(std::move(r.k_plane), {plane_rows, b.shape(1)}),
+                              to_numpy(std::move(r.v_plane), {plane_rows, v_width}));
+      },
+      nb::arg("a"), nb::arg("n_heads_a"), nb::arg("b"), nb::arg("n_heads_b"), nb::arg("v"), nb::arg("n_rot"),
+      nb::arg("neox"), nb::arg("positions"), nb::arg("base"), nb::arg("plane_rows"), nb::arg("ring_rows"),
+      nb::arg("writes"), nb::arg("fused"),
+      "A layer's q/k rope and KV store on the GPU: (a, b, k_plane, v_plane) after rotating a and b at `positions` "
+      "and storing b and v as f16 into layer 1 of two-layer planes (rows start 0xffff); fused: one launch "
+      "(rope_pair_kv), else rope_pair then write_kv.");
+  m.def(
       "cuda_attention",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
          size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window, float scale) {

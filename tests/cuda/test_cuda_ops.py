@@ -299,6 +299,38 @@ def test_rope_of_q_and_k_in_one_launch_is_bitwise_two_ropes(n_heads_q, n_heads_k
     assert not np.array_equal(rq[1:], q[1:])
 
 
+@pytest.mark.parametrize("case", [(32, 8, 128, 128, 128, False, 0, [0, 140, 4095]),
+                                  (9, 3, 64, 32, 96, True, 0, [7, 0, 300]),
+                                  (8, 5, 128, 64, 128, True, 100, [5, 140, 399])],
+                         ids=["llama3", "partial-rotary-odd-heads", "ring"])
+@pytest.mark.parametrize("writes", [[1, 1, 1], [1, 0, 1]], ids=["write", "replay-row"])
+def test_rope_pair_with_the_kv_store_in_one_launch_is_bitwise_rope_pair_then_write_kv(case, writes):
+    """rope_pair_kv (the backend's fused q/k rope + KvStore): q, k and both
+    f16 planes bitwise those of rope_pair followed by write_kv, with partial
+    rotation, head counts that are no multiple of the rope's head group,
+    v wider or narrower than k, a ring layer and a row that must not write."""
+    n_q, n_k, head_dim, n_rot, head_dim_v, neox, ring_rows, positions = case
+    rng = np.random.default_rng(n_q + n_rot + sum(writes))
+    q = rng.standard_normal((3, n_q * head_dim)).astype(np.float32)
+    k = rng.standard_normal((3, n_k * head_dim)).astype(np.float32)
+    v = rng.standard_normal((3, n_k * head_dim_v)).astype(np.float32)
+    plane_rows = ring_rows if ring_rows else 4096
+    args = (q, n_q, k, n_k, v, n_rot, neox, positions, 500000.0, plane_rows, ring_rows, writes)
+    fused = t.cuda_rope_pair_kv(*args, True)
+    apart = t.cuda_rope_pair_kv(*args, False)
+    for got, ref in zip(fused, apart):
+        assert np.array_equal(got, ref)
+    rq, rk, k_plane, v_plane = fused
+    assert np.array_equal(rk, t.cuda_rope(k, n_k, n_rot, neox, positions, 500000.0))
+    for r, pos in enumerate(positions):
+        row = pos % ring_rows if ring_rows else pos
+        if writes[r]:
+            assert np.array_equal(k_plane[row], rk[r].astype(np.float16).view(np.uint16))
+            assert np.array_equal(v_plane[row], v[r].astype(np.float16).view(np.uint16))
+        else:
+            assert np.all(k_plane[row] == 0xFFFF) and np.all(v_plane[row] == 0xFFFF)
+
+
 @pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])
 def test_glu_matches_numpy(kind):
     rng = np.random.default_rng(4)

@@ -323,6 +323,22 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
            a.p.rope_freq_scale == b.p.rope_freq_scale && graph.tensor(a.dst).rows == graph.tensor(b.dst).rows;
   };
 
+  // Whether op i + 2 is the KvStore of the k that the rope pair at op i
+  // rotates (op i + 1, whole rows of its heads) and of a v none of them
+  // writes, at the pair's rows: rope_pair_kv runs all three.
+  auto stores_rotated_k = [&](size_t i) -> bool {
+    if (i + 2 >= graph.ops.size()) return false;
+    const Op& q = graph.ops[i];
+    const Op& k = graph.ops[i + 1];
+    const Op& store = graph.ops[i + 2];
+    if (store.kind != OpKind::KvStore || store.src[0] != k.dst || store.src[1] == q.dst || store.src[1] == k.dst) {
+      return false;
+    }
+    const TensorDesc& kt = graph.tensor(k.dst);
+    const TensorDesc& vt = graph.tensor(store.src[1]);
+    return kt.cols == k.p.n_head * k.p.head_dim_k && vt.rows == kt.rows && kt.rows == graph.tensor(q.dst).rows;
+  };
+
   // How many matmuls from op i on (i itself a MatMul; at most
   // kMaxDecodeTargets) read the same activations with weights of one type
   // and row length, each writing its own tensor (neither the input nor
@@ -422,8 +438,19 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         break;
       case OpKind::Rope: {
         if (ropes_pair(i)) {
-          // q and k of a layer in one launch (both in place).
+          // q and k of a layer in one launch (both in place), with the KV
+          // store of the rotated k and of v when it comes next.
           const Op& next = graph.ops[i + 1];
+          if (stores_rotated_k(i)) {
+            const Op& store = graph.ops[i + 2];
+            const TensorDesc& v = graph.tensor(store.src[1]);
+            rope_pair_kv(act(c, op.dst), p.n_head, act(c, next.dst), next.p.n_head, dst->rows, p.head_dim_k,
+                         p.n_rot, p.rope_style == RopeStyle::Neox, ints(op.src[1]), c.rope_freqs[i],
+                         p.rope_freq_scale, kv, n_layer, store.p.layer, ring_layer[store.p.layer],
+                         act(c, store.src[1]), v.cols, stream_);
+            ran = 3;
+            break;
+          }
           rope_pair(act(c, op.dst), p.n_head, act(c, next.dst), next.p.n_head, dst->rows, p.head_dim_k, p.n_rot,
                     p.rope_style == RopeStyle::Neox, ints(op.src[1]), c.rope_freqs[i], p.rope_freq_scale, stream_);
           ran = 2;

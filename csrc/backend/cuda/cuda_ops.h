@@ -185,6 +185,15 @@ struct KvRows {
 void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k, size_t k_width,
               const float* v, size_t v_width, size_t n_rows, void* stream);
 
+// rope_pair of a layer's q (a) and k (b), then write_kv of the rotated k and
+// of v (n_rows, v_width) into layer `layer`, in one launch: the same bits
+// as rope_pair followed by write_kv (b's rows are the keys, k_width =
+// n_heads_b * head_dim).
+void rope_pair_kv(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_rows, size_t head_dim,
+                  size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale,
+                  const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* v, size_t v_width,
+                  void* stream);
+
 // out (n_rows, n_head * head_dim_v) = softmax(q.K * scale) V for every query
 // head over the row's visible positions [max(0, pos - window + 1), pos]
 // (window 0: all), with K/V read from the f16 planes of layer `layer`.

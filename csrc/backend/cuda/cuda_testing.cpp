@@ -395,6 +395,65 @@ std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, s
   return out;
 }
 
+RopeKvResult rope_pair_kv(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, const float* v,
+                          size_t v_width, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
+                          const std::vector<int32_t>& positions, double base, size_t plane_rows, size_t ring_rows,
+                          const std::vector<int32_t>& writes, bool fused) {
+  require_device();
+  if (positions.size() != n_rows || writes.size() != n_rows || n_rot == 0 || n_rot > head_dim || n_rot % 2 != 0 ||
+      n_heads_a == 0 || n_heads_b == 0) {
+    throw InvalidArgument(
+        "[cuda testing] rope_pair_kv: one position and write flag per row, 0 < even n_rot <= head_dim");
+  }
+  for (int32_t p : positions) {
+    const size_t row = ring_rows > 0 ? static_cast<size_t>(p) % ring_rows : static_cast<size_t>(p);
+    if (p < 0 || row >= plane_rows) throw InvalidArgument("[cuda testing] rope_pair_kv: position outside the planes");
+  }
+  const std::vector<double> inv_freq = rope_inv_freq(base, n_rot, {});
+  const size_t k_width = n_heads_b * head_dim;
+  Stream stream;
+  const size_t na = n_rows * n_heads_a * head_dim, nb = n_rows * k_width;
+  DeviceBuffer da = upload(a, na, "a");
+  DeviceBuffer db = upload(b, nb, "b");
+  DeviceBuffer dv = upload(v, n_rows * v_width, "v");
+  DeviceBuffer dpos = upload(positions.data(), n_rows, "positions");
+  DeviceBuffer dfreq = upload(inv_freq.data(), inv_freq.size(), "inv_freq");
+  // Two layers; the session table is {K0, K1, V0, V1}.
+  const std::vector<uint16_t> fill_k(plane_rows * k_width, 0xffff), fill_v(plane_rows * v_width, 0xffff);
+  DeviceBuffer planes[4] = {upload(fill_k.data(), fill_k.size(), "K0"), upload(fill_k.data(), fill_k.size(), "K1"),
+                            upload(fill_v.data(), fill_v.size(), "V0"), upload(fill_v.data(), fill_v.size(), "V1")};
+  const uint16_t* table_host[4] = {planes[0].as<uint16_t>(), planes[1].as<uint16_t>(), planes[2].as<uint16_t>(),
+                                   planes[3].as<uint16_t>()};
+  DeviceBuffer dtable = upload(table_host, 4, "table");
+  std::vector<const uint16_t* const*> tables(n_rows, dtable.as<const uint16_t* const>());
+  DeviceBuffer dtables = upload(tables.data(), n_rows, "tables");
+  const std::vector<int32_t> ring_sizes(n_rows, static_cast<int32_t>(ring_rows));
+  DeviceBuffer dring = upload(ring_sizes.data(), n_rows, "ring rows");
+  DeviceBuffer dwrites = upload(writes.data(), n_rows, "writes");
+  cuda::KvRows kv;
+  kv.tables = dtables.as<const uint16_t* const* const>();
+  kv.positions = dpos.as<int32_t>();
+  kv.ring_rows = dring.as<int32_t>();
+  kv.writes = dwrites.as<int32_t>();
+  const bool ring = ring_rows > 0;
+  if (fused) {
+    cuda::rope_pair_kv(da.as<float>(), n_heads_a, db.as<float>(), n_heads_b, n_rows, head_dim, n_rot, neox,
+                       dpos.as<int32_t>(), dfreq.as<double>(), 1.0, kv, 2, 1, ring, dv.as<float>(), v_width,
+                       stream.get());
+  } else {
+    cuda::rope_pair(da.as<float>(), n_heads_a, db.as<float>(), n_heads_b, n_rows, head_dim, n_rot, neox,
+                    dpos.as<int32_t>(), dfreq.as<double>(), 1.0, stream.get());
+    cuda::write_kv(kv, 2, 1, ring, db.as<float>(), k_width, dv.as<float>(), v_width, n_rows, stream.get());
+  }
+  stream.sync();
+  RopeKvResult r;
+  r.a = download<float>(da, na);
+  r.b = download<float>(db, nb);
+  r.k_plane = download<uint16_t>(planes[1], plane_rows * k_width);
+  r.v_plane = download<uint16_t>(planes[3], plane_rows * v_width);
+  return r;
+}
+
 namespace {
 
 // Runs the attention of case c once, then (reps > 0) reps more times on the

@@ -148,21 +148,50 @@ __global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t
   dst[i] = src[(i / dst_cols) * src_cols + offset + i % dst_cols];
 }
 
-// Grid (row, group of kRopeHeads heads): groups [0, groups_a) rotate the
-// heads of a, the rest those of b (a decode layer's q and k in one launch;
-// b may be empty). The block's threads first take the angles, one frequency
-// each, in double as on the CPU (so both backends rotate by the same float
-// cos/sin), then the rotations of the group's (head, pair)s: every thread's
-// loads are independent, and the costly double cos/sin run once per block
-// instead of once per head.
+// The KvStore that follows a layer's rope pair, done by the same launch
+// (kv.tables null: none): b's rotated rows are the keys, v the values.
+struct RopeKvStore {
+  KvRows kv;
+  uint32_t n_layer = 0, layer = 0;
+  bool ring = false;
+  const float* v = nullptr;
+  size_t v_width = 0;
+};
+
+// Plane row of row r of this step in a layer (ring layers wrap).
+__device__ __forceinline__ size_t kv_slot(const KvRows& kv, bool ring, size_t r) {
+  const int32_t pos = kv.positions[r];
+  return ring ? static_cast<size_t>(pos % kv.ring_rows[r]) : static_cast<size_t>(pos);
+}
+
+// Grid (row, group of kRopeHeads heads [, 1]): groups [0, groups_a) rotate
+// the heads of a, the next ones those of b (a decode layer's q and k in one
+// launch; b may be empty). The block's threads first take the angles, one
+// frequency each, in double as on the CPU (so both backends rotate by the
+// same float cos/sin), then the rotations of the group's (head, pair)s:
+// every thread's loads are independent, and the costly double cos/sin run
+// once per block instead of once per head. With a KV store, b's blocks then
+// store their heads (rotated, as write_kv converts them) and one more block
+// per row stores v.
 constexpr unsigned kRopeThreads = 128;
 constexpr size_t kRopeHeads = 4;
 
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* a, size_t n_heads_a, unsigned groups_a, float* b, size_t n_heads_b, size_t head_dim,
-                size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale) {
+                size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale,
+                RopeKvStore store) {
   extern __shared__ float angles[];  // cos of the n_rot / 2 frequencies, then their sin
   const size_t row = blockIdx.x;
+  const bool storing = store.kv.tables != nullptr;
+  if (storing && blockIdx.y == gridDim.y - 1) {
+    if (store.kv.writes[row] == 0) return;
+    const float* src = store.v + row * store.v_width;
+    uint16_t* dst = const_cast<uint16_t*>(store.kv.tables[row][store.n_layer + store.layer]) +
+                    kv_slot(store.kv, store.ring, row) * store.v_width;
+#pragma unroll 4
+    for (size_t i = threadIdx.x; i < store.v_width; i += kRopeThreads) dst[i] = f32_to_f16_bits(src[i]);
+    return;
+  }
   const bool in_a = blockIdx.y < groups_a;
   float* x = in_a ? a : b;
   const size_t n_heads = in_a ? n_heads_a : n_heads_b;
@@ -186,6 +215,16 @@ __global__ void __launch_bounds__(kRopeThreads)
     *lo = x0 * c - x1 * s;
     *hi = x0 * s + x1 * c;
   }
+  if (!storing || in_a) return;
+  // The block's k heads, rotated by its own threads (visible after the
+  // barrier), whole (dims past n_rot too), as write_kv stores the k row.
+  __syncthreads();
+  if (store.kv.writes[row] == 0) return;
+  const size_t k_width = n_heads_b * head_dim;
+  const float* src = b + row * k_width + h0 * head_dim;
+  uint16_t* dst = const_cast<uint16_t*>(store.kv.tables[row][store.layer]) +
+                  kv_slot(store.kv, store.ring, row) * k_width + h0 * head_dim;
+  for (size_t i = threadIdx.x; i < heads * head_dim; i += kRopeThreads) dst[i] = f32_to_f16_bits(src[i]);
 }
 
 template <typename T>
@@ -204,8 +243,7 @@ __global__ void write_kv_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, boo
   const size_t r = blockIdx.x;
   if (kv.writes[r] == 0) return;
   const bool value = blockIdx.y == 1;
-  const int32_t pos = kv.positions[r];
-  const size_t slot = ring ? static_cast<size_t>(pos % kv.ring_rows[r]) : static_cast<size_t>(pos);
+  const size_t slot = kv_slot(kv, ring, r);
   const size_t width = value ? v_width : k_width;
   const float* src = (value ? v : k) + r * width;
   uint16_t* dst = const_cast<uint16_t*>(kv.tables[r][value ? n_layer + layer : layer]) + slot * width;
@@ -356,8 +394,31 @@ void rope_pair(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_
   const unsigned groups_a = ceil_div(n_heads_a, kRopeHeads), groups_b = ceil_div(n_heads_b, kRopeHeads);
   const dim3 grid(static_cast<unsigned>(n_rows), groups_a + groups_b);
   rope_kernel<<<grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
-      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale);
+      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale,
+      RopeKvStore{});
   check_launch("rope");
+}
+
+void rope_pair_kv(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_rows, size_t head_dim,
+                  size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale,
+                  const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* v, size_t v_width,
+                  void* stream) {
+  if (n_rows == 0) return;
+  if (n_rot == 0 || n_heads_b == 0 || kv.tables == nullptr) {
+    throw InternalError("[cuda rope_pair_kv] needs rotated keys and a KV table");
+  }
+  const unsigned groups_a = ceil_div(n_heads_a, kRopeHeads), groups_b = ceil_div(n_heads_b, kRopeHeads);
+  const dim3 grid(static_cast<unsigned>(n_rows), groups_a + groups_b + 1);
+  RopeKvStore store;
+  store.kv = kv;
+  store.n_layer = n_layer;
+  store.layer = layer;
+  store.ring = ring;
+  store.v = v;
+  store.v_width = v_width;
+  rope_kernel<<<grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
+      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale, store);
+  check_launch("rope_pair_kv");
 }
 
 void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_rows, float* out, void* stream) {

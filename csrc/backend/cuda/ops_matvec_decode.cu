@@ -320,7 +320,9 @@ void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const 
       default: ok = launch_config<T, 4>(config, targets, count, x, stream); break;
     }
   });
-  if (!typed || !ok) throw InternalError(std::string("[cuda matvec] no decode kernel for type ") + dtype_info(type).name);
+  if (!typed || !ok) {
+    throw InternalError(std::string("[cuda matvec] no decode kernel for type ") + dtype_info(type).name);
+  }
 }
 
 }  // namespace muser::cuda
