@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <new>
 #include <string>
@@ -37,6 +38,10 @@ namespace {
 
 // ---------------------------------------------------------------------------
 // CPU kernels and thread pool (branch `kernels`).
+
+// CPU seconds this process has used, all threads (std::clock: the process
+// CPU clock on Linux and macOS).
+double process_cpu_seconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
 // Heap buffer aligned for any SIMD load, returned to NumPy without a copy.
 template <typename T>
@@ -451,7 +456,7 @@ void bind_testing_kernels(nb::module_& m) {
       "time_matmul",
       [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, const Floats2D& x,
          int threads, const std::string& isa_name, int repeats, bool packed, size_t plan_threads,
-         bool split_rows) {
+         bool split_rows, bool cpu_clock) {
         const DTypeInfo& info = require_dtype(type_id);
         const cpu::KernelSet& kernels = cpu::testing_kernel_set(isa_name.c_str());
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
@@ -473,6 +478,12 @@ void bind_testing_kernels(nb::module_& m) {
           };
           run();  // warm-up
           for (int i = 0; i < repeats; ++i) {
+            if (cpu_clock) {
+              const double start = process_cpu_seconds();
+              run();
+              seconds.push_back(process_cpu_seconds() - start);
+              continue;
+            }
             const auto start = std::chrono::steady_clock::now();
             run();
             seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -482,10 +493,12 @@ void bind_testing_kernels(nb::module_& m) {
       },
       nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("x"),
       nb::arg("threads"), nb::arg("isa"), nb::arg("repeats"), nb::arg("packed") = true,
-      nb::arg("plan_threads") = 0, nb::arg("split_rows") = true,
+      nb::arg("plan_threads") = 0, nb::arg("split_rows") = true, nb::arg("cpu_clock") = false,
       "Seconds per cpu::matmul call (one pool, one warm-up call first; the weight repacked "
       "beforehand as at load when `packed` and the table has a layout for it), for benchmarks. "
-      "`plan_threads` and `split_rows` as for matmul.");
+      "`plan_threads` and `split_rows` as for matmul. `cpu_clock`: the process's CPU seconds "
+      "per call (all threads, the pool's spinning included) instead of wall seconds, which on "
+      "a shared machine count other processes' turns too.");
 
   m.def(
       "fp32_to_fp16",

@@ -204,6 +204,28 @@ def test_decode_sized_packed_calls_give_the_reference_bits_for_any_stream_count(
         gemv_streams(0)
 
 
+@pytest.mark.skipif(not PACKED_CASES, reason="no kernel table on this CPU repacks weights")
+@pytest.mark.parametrize("qtype,isa", PACKED_CASES, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("streams", [1, 4])
+def test_decode_sized_calls_of_wide_rows_give_the_reference_bits(qtype, isa, streams, gemv_streams):
+    """One to four rows whose quantized activations outgrow L1 (130 blocks:
+    22 KB for four Q8_0 rows, 152 KB for four Q8_K rows) are read in one
+    pass over each weight group, as narrower ones (packed_tile); the bits
+    stay the scalar reference's."""
+    rng = np.random.default_rng(streams * 17 + id_of(qtype))
+    n_in = input_size(qtype, 130)
+    x = (rng.standard_normal((4, n_in)) * rng.uniform(0.01, 100, size=(4, 1))).astype(np.float32)
+    for n_out in (40, 130):
+        raw = random_matrix(qtype, n_in, n_out, rng)
+        reference = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa="scalar")
+        gemv_streams(streams)
+        for threads in (1, 3):
+            for rows in (1, 2, 3, 4):
+                packed = t.matmul(id_of(qtype), raw, n_in, n_out, x[:rows], threads=threads, isa=isa, packed=True)
+                assert np.array_equal(packed, reference[:rows]), (n_out, threads, rows)
+        gemv_streams(0)
+
+
 def test_the_stream_count_is_checked_and_restorable(gemv_streams):
     default = t.gemv_streams()
     assert 1 <= default <= 4
