@@ -7,8 +7,10 @@
 //
 // The contract, on both sides:
 // - every kernel launched with launch_dependent calls dependent_launch_begin()
-//   first, before it reads or writes global memory: the wait there returns
-//   once the previous grid has completed and its writes are visible;
+//   before it writes global memory or reads anything an earlier kernel
+//   writes (reading the weights earlier is fine: they are uploaded once):
+//   the wait there returns once the previous grid has completed and its
+//   writes are visible;
 // - the trigger right after the wait lets the next kernel be scheduled only
 //   once this one is past its own wait, so at most one grid waits at a time
 //   and completions stay in stream order (a kernel finishes after the one

@@ -321,22 +321,26 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
     const dim3 grid(kSplits, static_cast<unsigned>(n_head), rows);
     switch (np) {
       case 1:
-        launch_dependent(attention_partial_kernel<1>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer, shape.ring, n_head,
+        launch_dependent(attention_partial_kernel<1>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
+            shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
                                                               part_ms, part_acc, done, out, qo);
         break;
       case 2:
-        launch_dependent(attention_partial_kernel<2>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer, shape.ring, n_head,
+        launch_dependent(attention_partial_kernel<2>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
+            shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
                                                               part_ms, part_acc, done, out, qo);
         break;
       case 3:
-        launch_dependent(attention_partial_kernel<3>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer, shape.ring, n_head,
+        launch_dependent(attention_partial_kernel<3>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
+            shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
                                                               part_ms, part_acc, done, out, qo);
         break;
       default:
-        launch_dependent(attention_partial_kernel<4>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer, shape.ring, n_head,
+        launch_dependent(attention_partial_kernel<4>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
+            shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
                                                               part_ms, part_acc, done, out, qo);
         break;

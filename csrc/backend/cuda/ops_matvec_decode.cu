@@ -28,6 +28,7 @@
 #include "backend/cuda/activation_rows.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
@@ -109,18 +110,6 @@ struct UnitLoader<TypeQ4_K, true> {
 template <typename T>
 constexpr bool kHasWideLoader = std::is_same_v<T, TypeQ4_0> || std::is_same_v<T, TypeQ4_K>;
 
-// Programmatic dependent launch (sm_90+): waits until the previous kernel
-// in the stream has completed and its writes are visible, then lets the
-// next kernel be scheduled (so at most one grid waits at a time). Both are
-// no-ops for a kernel launched without the programmatic serialization
-// attribute.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // Up to kMaxDecodeTargets matrices that read the same activations (a
 // layer's q, k and v; gate and up), launched as one grid: target p owns
 // blocks [first_block[p], first_block[p + 1]).
@@ -183,7 +172,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
   // batch's weight loads are in flight while the previous kernel finishes;
   // the activations are read only after this wait. Launched normally, the
   // wait and the trigger return at once.
-  wait_for_previous_kernel();
+  dependent_launch_begin();
   for (;;) {
     // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
@@ -236,14 +225,14 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
     if (wide && aligned) {
-      matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>
-          <<<blocks, kDecodeWarpsPerBlock * 32, 0, stream>>>(t, row_bytes, n_units, x);
+      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>, blocks, kDecodeWarpsPerBlock * 32,
+          0, stream, t, row_bytes, n_units, x);
       launched = true;
     }
   }
   if (!launched) {
-    matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>
-        <<<blocks, kDecodeWarpsPerBlock * 32, 0, stream>>>(t, row_bytes, n_units, x);
+    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>, blocks, kDecodeWarpsPerBlock * 32, 0,
+        stream, t, row_bytes, n_units, x);
   }
   check_launch("matvec (decode)");
 }
