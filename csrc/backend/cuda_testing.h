@@ -17,8 +17,25 @@ namespace muser::cuda_testing {
 
 // y (n_rows, n_out) = x (n_rows, k) @ W.T for W (n_out rows of k elements of
 // `type`, raw GGUF bytes); x is quantized on the device first. All rows go
-// through one launch (tiles as the backend uses them).
-std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
+// through one launch (tiles as the backend uses them). warp_rows 0: the
+// kernel config matvec picks; otherwise (1..4 rows only) the decode kernel
+// with that config (cuda::DecodeConfig: warp_rows, unroll, wide).
+std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                          int warp_rows, int unroll, bool wide);
+
+// cuda::matvec_targets: W_i (n_outs[i] rows of k) times the same x, 1..3
+// matrices (one launch for 1..4 rows); y_i (n_rows, n_outs[i]) each.
+std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<const uint8_t*>& ws,
+                                               const std::vector<size_t>& n_outs, size_t k, const float* x,
+                                               size_t n_rows);
+
+// Seconds one matvec launch takes (config as matvec above; the activations
+// quantized once before), the mean over `reps` launches after a warm-up,
+// timed with CUDA events on the call's stream. Launches cycle through
+// enough copies of W (256 MiB in all) that each reads its weights from
+// device memory, not from the L2 cache. For the kernel benchmark.
+double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                   int warp_rows, int unroll, bool wide, int reps);
 
 // The device activation layout of quantize_activations, per row.
 struct QuantizedRows {
@@ -67,6 +84,21 @@ std::vector<float> rope(const float* x, size_t n_rows, size_t n_heads, size_t he
 std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, size_t n_rows,
                              size_t head_dim, size_t n_rot, bool neox, const std::vector<int32_t>& positions,
                              double base);
+
+// A layer's rope pair and KV store: q (a) and k (b) rotated at `positions`,
+// then the rotated k and v (n_rows, v_width) stored as f16 into layer 1 of
+// two-layer planes of plane_rows rows (every plane row starting as 0xffff;
+// ring_rows > 0 stores position p at row p % ring_rows; rows with
+// writes[r] == 0 store nothing). fused: rope_pair_kv's one launch, else
+// rope_pair then write_kv.
+struct RopeKvResult {
+  std::vector<float> a, b;
+  std::vector<uint16_t> k_plane, v_plane;  // layer 1's, (plane_rows, width)
+};
+RopeKvResult rope_pair_kv(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, const float* v,
+                          size_t v_width, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
+                          const std::vector<int32_t>& positions, double base, size_t plane_rows, size_t ring_rows,
+                          const std::vector<int32_t>& writes, bool fused);
 
 // One layer of f16 K/V planes of `plane_rows` rows and queries at given
 // positions; ring_rows > 0 reads position p at row p % ring_rows.

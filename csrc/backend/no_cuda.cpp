@@ -17,7 +17,16 @@ namespace {
 
 }  // namespace
 
-std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("matvec"); }
+std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool) {
+  unavailable("matvec");
+}
+std::vector<std::vector<float>> matvec_targets(DType, const std::vector<const uint8_t*>&, const std::vector<size_t>&,
+                                               size_t, const float*, size_t) {
+  unavailable("matvec_targets");
+}
+double time_matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool, int) {
+  unavailable("time_matvec");
+}
 QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }
 std::vector<float> get_rows(DType, const uint8_t*, size_t, size_t, const std::vector<int32_t>&) {
   unavailable("get_rows");
@@ -34,6 +43,11 @@ NormQuantized glu_quantized(ActivationFormat, int, const float*, const float*, s
   unavailable("glu_quantized");
 }
 std::vector<float> softcap(const float*, size_t, float) { unavailable("softcap"); }
+RopeKvResult rope_pair_kv(const float*, size_t, const float*, size_t, const float*, size_t, size_t, size_t, size_t,
+                          bool, const std::vector<int32_t>&, double, size_t, size_t, const std::vector<int32_t>&,
+                          bool) {
+  unavailable("rope_pair_kv");
+}
 std::vector<float> rope(const float*, size_t, size_t, size_t, size_t, bool, const std::vector<int32_t>&, double,
                         double, const std::vector<float>&) {
   unavailable("rope");

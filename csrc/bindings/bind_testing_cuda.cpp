@@ -88,20 +88,60 @@ void bind_testing_cuda(nb::module_& m) {
       .def("release", &cuda_testing::DeviceMemoryHold::release, "Frees the held memory now.");
   m.def(
       "cuda_matvec",
-      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x) {
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int warp_rows, int unroll, bool wide) {
         const DType type = dtype_of(type_id);
         const size_t n_rows = x.shape(0), k = x.shape(1);
         check_weight_bytes(type, k, n_out, w.shape(0));
         std::vector<float> y;
         {
           nb::gil_scoped_release release;
-          y = cuda_testing::matvec(type, w.data(), n_out, k, x.data(), n_rows);
+          y = cuda_testing::matvec(type, w.data(), n_out, k, x.data(), n_rows, warp_rows, unroll, wide);
         }
         return to_numpy(std::move(y), {n_rows, n_out});
       },
-      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"),
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("warp_rows") = 0,
+      nb::arg("unroll") = 0, nb::arg("wide") = true,
       "y = x @ W.T on the GPU for W (n_out, x.shape[1]) of `type_id` (raw GGUF bytes); all rows in one "
-      "launch (tiles of 1..4 rows, or 8 for more).");
+      "launch (the decode kernel for 1..4 rows, tiles of 8 for more). warp_rows 0: the decode config the "
+      "backend picks; otherwise (1..4 rows) that config: warp_rows weight rows per warp, unroll units per "
+      "lane in flight, wide 16-byte loads where the type has them.");
+  m.def(
+      "cuda_matvec_targets",
+      [](uint32_t type_id, const std::vector<Bytes1D>& ws, const std::vector<size_t>& n_outs, const Floats2D& x) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        if (ws.size() != n_outs.size()) throw InvalidArgument("[testing] cuda_matvec_targets: one n_out per matrix");
+        std::vector<const uint8_t*> ptrs;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          check_weight_bytes(type, k, n_outs[i], ws[i].shape(0));
+          ptrs.push_back(ws[i].data());
+        }
+        std::vector<std::vector<float>> ys;
+        {
+          nb::gil_scoped_release release;
+          ys = cuda_testing::matvec_targets(type, ptrs, n_outs, k, x.data(), n_rows);
+        }
+        nb::list out;
+        for (size_t i = 0; i < ys.size(); ++i) out.append(to_numpy(std::move(ys[i]), {n_rows, n_outs[i]}));
+        return out;
+      },
+      nb::arg("type_id"), nb::arg("ws"), nb::arg("n_outs"), nb::arg("x"),
+      "[x @ W_i.T for each W_i] on the GPU through matvec_targets: 1..3 matrices of `type_id` (raw GGUF bytes, "
+      "n_outs[i] rows each) reading the same x, one decode launch for 1..4 rows.");
+  m.def(
+      "cuda_time_matvec",
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int reps, int warp_rows, int unroll,
+         bool wide) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        check_weight_bytes(type, k, n_out, w.shape(0));
+        nb::gil_scoped_release release;
+        return cuda_testing::time_matvec(type, w.data(), n_out, k, x.data(), n_rows, warp_rows, unroll, wide, reps);
+      },
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("reps") = 50,
+      nb::arg("warp_rows") = 0, nb::arg("unroll") = 0, nb::arg("wide") = true,
+      "Mean seconds of one cuda_matvec launch (same config arguments), each reading W from device memory "
+      "(launches cycle through copies of W).");
   m.def(
       "cuda_quantize",
       [](const std::string& format_name, const Floats2D& x) {
@@ -268,6 +308,35 @@ void bind_testing_cuda(nb::module_& m) {
       nb::arg("a"), nb::arg("n_heads_a"), nb::arg("b"), nb::arg("n_heads_b"), nb::arg("n_rot"), nb::arg("neox"),
       nb::arg("positions"), nb::arg("base"),
       "(a, b) rotated at `positions` in one launch (the backend's q/k rope), on the GPU.");
+  m.def(
+      "cuda_rope_pair_kv",
+      [](const Floats2D& a, size_t n_heads_a, const Floats2D& b, size_t n_heads_b, const Floats2D& v, size_t n_rot,
+         bool neox, std::vector<int32_t> positions, double base, size_t plane_rows, size_t ring_rows,
+         std::vector<int32_t> writes, bool fused) {
+        const size_t n_rows = a.shape(0);
+        if (n_heads_a == 0 || n_heads_b == 0 || b.shape(0) != n_rows || v.shape(0) != n_rows ||
+            a.shape(1) % n_heads_a != 0 || b.shape(1) % n_heads_b != 0 ||
+            a.shape(1) / n_heads_a != b.shape(1) / n_heads_b) {
+          throw InvalidArgument("[testing] rope_pair_kv: rows and head sizes of a, b and v must agree");
+        }
+        const size_t head_dim = a.shape(1) / n_heads_a, v_width = v.shape(1);
+        cuda_testing::RopeKvResult r;
+        {
+          nb::gil_scoped_release release;
+          r = cuda_testing::rope_pair_kv(a.data(), n_heads_a, b.data(), n_heads_b, v.data(), v_width, n_rows,
+                                         head_dim, n_rot, neox, positions, base, plane_rows, ring_rows, writes, fused);
+        }
+        return nb::make_tuple(to_numpy(std::move(r.a), {n_rows, a.shape(1)}),
+                              to_numpy(std::move(r.b), {n_rows, b.shape(1)}),
+                              to_numpy(std::move(r.k_plane), {plane_rows, b.shape(1)}),
+                              to_numpy(std::move(r.v_plane), {plane_rows, v_width}));
+      },
+      nb::arg("a"), nb::arg("n_heads_a"), nb::arg("b"), nb::arg("n_heads_b"), nb::arg("v"), nb::arg("n_rot"),
+      nb::arg("neox"), nb::arg("positions"), nb::arg("base"), nb::arg("plane_rows"), nb::arg("ring_rows"),
+      nb::arg("writes"), nb::arg("fused"),
+      "A layer's q/k rope and KV store on the GPU: (a, b, k_plane, v_plane) after rotating a and b at `positions` "
+      "and storing b and v as f16 into layer 1 of two-layer planes (rows start 0xffff); fused: one launch "
+      "(rope_pair_kv), else rope_pair then write_kv.");
   m.def(
       "cuda_attention",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,

@@ -55,6 +55,100 @@ def test_a_matvec_row_is_bitwise_the_same_alone_in_any_group_and_in_prefill_tile
         assert np.array_equal(y, everything[group])
 
 
+# The decode kernel configs (csrc/backend/cuda/cuda_ops.h, DecodeConfig):
+# (weight rows per warp, units per lane in flight).
+DECODE_CONFIGS = [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2)]
+# Row groups of a 9-row batch: every size 1..4, orders, a repeated row.
+DECODE_GROUPS = [[4], [8], [0, 7], [7, 0], [2, 5, 8], [8, 2, 5], [1, 3, 6, 0], [6, 0, 3, 1], [5, 5, 2, 5]]
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda q: q.name)
+@pytest.mark.parametrize("k", [576, 4096, 14336])
+def test_every_decode_config_gives_each_row_the_bits_of_the_prefill_tiles(qtype, k):
+    """Each decode kernel config, and the one matvec picks, computes a row's
+    outputs bitwise as the prefill tiles do, alone and in any group and
+    order. n_out 37 is no multiple of any config's rows per block (4 warps x
+    1..4 rows), so the last warp's extra weight rows are exercised. Q4_0 at
+    k 4096 / 14336 (16-byte aligned rows) takes the wide loads, at 576 not."""
+    elems, _ = block_geometry(qtype)
+    if k % max(elems, 32):
+        k = 512  # K-quant rows are whole 256-element super-blocks
+    rng = np.random.default_rng(k + id_of(qtype))
+    n_out = 37
+    raw = random_matrix(qtype, k, n_out, rng)
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    tiles = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # 9 rows: a prefill tile of 8 and one of 1
+    assert np.all(np.isfinite(tiles))
+    configs = [(0, 0, True)] + [(wr, un, wide) for wr, un in DECODE_CONFIGS for wide in (True, False)]
+    for warp_rows, unroll, wide in configs:
+        for group in DECODE_GROUPS:
+            y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]), warp_rows, unroll, wide)
+            assert np.array_equal(y, tiles[group]), (warp_rows, unroll, wide, group)
+
+
+@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.Q8_0, GT.F16], ids=lambda q: q.name)
+@pytest.mark.parametrize("n_out", [1, 1030, 3000, 8195])
+def test_the_decode_config_matvec_picks_keeps_rows_bitwise_at_every_matrix_height(qtype, n_out):
+    """matvec picks its decode config from the type, n_out and the group
+    size (one weight row per warp below 2048 or 8192 rows, 2 or 4 above):
+    across those heights a row is bitwise the same alone, in groups of 2..4
+    and in a prefill tile."""
+    k = 256
+    rng = np.random.default_rng(n_out + id_of(qtype))
+    raw = random_matrix(qtype, k, n_out, rng)
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    tiles = t.cuda_matvec(id_of(qtype), raw, n_out, x)
+    for group in DECODE_GROUPS:
+        y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]))
+        assert np.array_equal(y, tiles[group]), group
+
+
+@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.Q8_0, GT.Q5_1, GT.BF16], ids=lambda q: q.name)
+@pytest.mark.parametrize("n_outs", [(4096, 1024, 1024), (300, 37), (5, 0, 19), (8195,)],
+                         ids=lambda n: "-".join(map(str, n)))
+def test_matrices_sharing_an_input_in_one_launch_give_each_output_its_own_bits(qtype, n_outs):
+    """matvec_targets (the backend's q/k/v and gate/up launch): each matrix's
+    outputs are bitwise those of its own matvec, for 1..4 rows (one decode
+    launch over all matrices, n_out 0 included) and for 9 rows (one matvec
+    per matrix)."""
+    elems, _ = block_geometry(qtype)
+    k = 512 if elems == 256 else 576
+    rng = np.random.default_rng(sum(n_outs) + id_of(qtype))
+    ws = [random_matrix(qtype, k, n, rng) if n else np.zeros(0, np.uint8) for n in n_outs]
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    alone = [t.cuda_matvec(id_of(qtype), w, n, x) for w, n in zip(ws, n_outs)]
+    for group in DECODE_GROUPS + [list(range(9))]:
+        ys = t.cuda_matvec_targets(id_of(qtype), ws, list(n_outs), np.ascontiguousarray(x[group]))
+        assert len(ys) == len(n_outs)
+        for y, ref in zip(ys, alone):
+            assert np.array_equal(y, ref[group]), group
+
+
+def test_a_decode_config_that_does_not_exist_is_refused():
+    rng = np.random.default_rng(3)
+    raw = random_matrix(GT.Q4_0, 64, 8, rng)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    with pytest.raises(ValueError, match="no decode kernel"):
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 3, 1)
+    with pytest.raises(ValueError, match="no decode kernel"):
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 1, 4)
+    with pytest.raises(ValueError, match="1..4 rows"):
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, np.zeros((5, 64), np.float32), 2, 2)
+
+
+def test_the_matvec_timer_measures_a_launch():
+    """benchmarks/bench_cuda_matvec.py's timer: a positive time, bounded, for
+    matvec's own config and a forced one; invalid repetitions are refused."""
+    rng = np.random.default_rng(4)
+    raw = random_matrix(GT.Q4_0, 4096, 256, rng)
+    x = rng.standard_normal((4, 4096)).astype(np.float32)
+    for config in ((0, 0, True), (4, 2, False)):
+        sec = t.cuda_time_matvec(id_of(GT.Q4_0), raw, 256, x, 3, *config)
+        assert 0.0 < sec < 0.1
+    with pytest.raises(ValueError):
+        t.cuda_time_matvec(id_of(GT.Q4_0), raw, 256, x, 0)
+
+
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1", "Q8_K"])
 def test_activation_quantization_is_bitwise_the_reference(fmt):
     rng = np.random.default_rng(1)
@@ -203,6 +297,38 @@ def test_rope_of_q_and_k_in_one_launch_is_bitwise_two_ropes(n_heads_q, n_heads_k
     assert np.array_equal(rq, t.cuda_rope(q, n_heads_q, head_dim, neox, positions, 500000.0))
     assert np.array_equal(rk, t.cuda_rope(k, n_heads_k, head_dim, neox, positions, 500000.0))
     assert not np.array_equal(rq[1:], q[1:])
+
+
+@pytest.mark.parametrize("case", [(32, 8, 128, 128, 128, False, 0, [0, 140, 4095]),
+                                  (9, 3, 64, 32, 96, True, 0, [7, 0, 300]),
+                                  (8, 5, 128, 64, 128, True, 100, [5, 140, 399])],
+                         ids=["llama3", "partial-rotary-odd-heads", "ring"])
+@pytest.mark.parametrize("writes", [[1, 1, 1], [1, 0, 1]], ids=["write", "replay-row"])
+def test_rope_pair_with_the_kv_store_in_one_launch_is_bitwise_rope_pair_then_write_kv(case, writes):
+    """rope_pair_kv (the backend's fused q/k rope + KvStore): q, k and both
+    f16 planes bitwise those of rope_pair followed by write_kv, with partial
+    rotation, head counts that are no multiple of the rope's head group,
+    v wider or narrower than k, a ring layer and a row that must not write."""
+    n_q, n_k, head_dim, n_rot, head_dim_v, neox, ring_rows, positions = case
+    rng = np.random.default_rng(n_q + n_rot + sum(writes))
+    q = rng.standard_normal((3, n_q * head_dim)).astype(np.float32)
+    k = rng.standard_normal((3, n_k * head_dim)).astype(np.float32)
+    v = rng.standard_normal((3, n_k * head_dim_v)).astype(np.float32)
+    plane_rows = ring_rows if ring_rows else 4096
+    args = (q, n_q, k, n_k, v, n_rot, neox, positions, 500000.0, plane_rows, ring_rows, writes)
+    fused = t.cuda_rope_pair_kv(*args, True)
+    apart = t.cuda_rope_pair_kv(*args, False)
+    for got, ref in zip(fused, apart):
+        assert np.array_equal(got, ref)
+    rq, rk, k_plane, v_plane = fused
+    assert np.array_equal(rk, t.cuda_rope(k, n_k, n_rot, neox, positions, 500000.0))
+    for r, pos in enumerate(positions):
+        row = pos % ring_rows if ring_rows else pos
+        if writes[r]:
+            assert np.array_equal(k_plane[row], rk[r].astype(np.float16).view(np.uint16))
+            assert np.array_equal(v_plane[row], v[r].astype(np.float16).view(np.uint16))
+        else:
+            assert np.all(k_plane[row] == 0xFFFF) and np.all(v_plane[row] == 0xFFFF)
 
 
 @pytest.mark.parametrize("kind", ["silu", "gelu_tanh"])

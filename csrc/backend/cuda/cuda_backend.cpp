@@ -323,12 +323,49 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
            a.p.rope_freq_scale == b.p.rope_freq_scale && graph.tensor(a.dst).rows == graph.tensor(b.dst).rows;
   };
 
+  // Whether op i + 2 is the KvStore of the k that the rope pair at op i
+  // rotates (op i + 1, whole rows of its heads) and of a v none of them
+  // writes, at the pair's rows: rope_pair_kv runs all three.
+  auto stores_rotated_k = [&](size_t i) -> bool {
+    if (i + 2 >= graph.ops.size()) return false;
+    const Op& q = graph.ops[i];
+    const Op& k = graph.ops[i + 1];
+    const Op& store = graph.ops[i + 2];
+    if (store.kind != OpKind::KvStore || store.src[0] != k.dst || store.src[1] == q.dst || store.src[1] == k.dst) {
+      return false;
+    }
+    const TensorDesc& kt = graph.tensor(k.dst);
+    const TensorDesc& vt = graph.tensor(store.src[1]);
+    return kt.cols == k.p.n_head * k.p.head_dim_k && vt.rows == kt.rows && kt.rows == graph.tensor(q.dst).rows;
+  };
+
+  // How many matmuls from op i on (i itself a MatMul; at most
+  // kMaxDecodeTargets) read the same activations with weights of one type
+  // and row length, each writing its own tensor (neither the input nor
+  // another's output).
+  auto shares_input = [&](size_t i) -> size_t {
+    const Op& first = graph.ops[i];
+    const DeviceWeight& w0 = weight_[graph.tensor(first.src[0]).weight];
+    size_t n = 1;
+    while (n < kMaxDecodeTargets && i + n < graph.ops.size()) {
+      const Op& next = graph.ops[i + n];
+      if (next.kind != OpKind::MatMul || next.src[1] != first.src[1] || next.dst == first.src[1]) break;
+      const DeviceWeight& w = weight_[graph.tensor(next.src[0]).weight];
+      if (w.type != w0.type || w.ne0 != w0.ne0) break;
+      bool distinct = true;
+      for (size_t j = 0; j < n; ++j) distinct = distinct && graph.ops[i + j].dst != next.dst;
+      if (!distinct) break;
+      ++n;
+    }
+    return n;
+  };
+
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const OpParams& p = op.p;
     const TensorDesc* dst = op.dst != kNoTensor ? &graph.tensor(op.dst) : nullptr;
     Memo made_here;   // a quantization this op wrote along with its output
-    size_t ran = 1;   // ops this step of the loop ran (2: Add + RmsNorm, or two Ropes, fused)
+    size_t ran = 1;   // ops this step of the loop ran (Add + RmsNorm, two Ropes, matmuls sharing x: fused)
     switch (op.kind) {
       case OpKind::GetRows: {
         const TensorDesc& table = graph.tensor(op.src[0]);
@@ -343,7 +380,18 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
       case OpKind::MatMul: {
         const DeviceWeight& w = weight_[graph.tensor(op.src[0]).weight];
         const ActivationView& x = quantized(c, graph, op.src[1], w.ne0, activation_format(w.type));
-        matvec(w.type, w.data, w.ne1, x, dst->rows, act(c, op.dst), w.ne1, stream_);
+        // This matmul and the next ones reading the same x with weights of
+        // the same type and row length (a layer's q, k, v; gate and up) in
+        // one matvec_targets call: one launch for a decode group.
+        MatvecTarget targets[kMaxDecodeTargets];
+        targets[0] = {w.data, w.ne1, act(c, op.dst), w.ne1};
+        ran = shares_input(i);
+        for (size_t j = 1; j < ran; ++j) {
+          const Op& next = graph.ops[i + j];
+          const DeviceWeight& wj = weight_[graph.tensor(next.src[0]).weight];
+          targets[j] = {wj.data, wj.ne1, act(c, next.dst), wj.ne1};
+        }
+        matvec_targets(w.type, targets, ran, x, dst->rows, stream_);
         break;
       }
       case OpKind::RmsNorm: {
@@ -390,8 +438,19 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         break;
       case OpKind::Rope: {
         if (ropes_pair(i)) {
-          // q and k of a layer in one launch (both in place).
+          // q and k of a layer in one launch (both in place), with the KV
+          // store of the rotated k and of v when it comes next.
           const Op& next = graph.ops[i + 1];
+          if (stores_rotated_k(i)) {
+            const Op& store = graph.ops[i + 2];
+            const TensorDesc& v = graph.tensor(store.src[1]);
+            rope_pair_kv(act(c, op.dst), p.n_head, act(c, next.dst), next.p.n_head, dst->rows, p.head_dim_k,
+                         p.n_rot, p.rope_style == RopeStyle::Neox, ints(op.src[1]), c.rope_freqs[i],
+                         p.rope_freq_scale, kv, n_layer, store.p.layer, ring_layer[store.p.layer],
+                         act(c, store.src[1]), v.cols, stream_);
+            ran = 3;
+            break;
+          }
           rope_pair(act(c, op.dst), p.n_head, act(c, next.dst), next.p.n_head, dst->rows, p.head_dim_k, p.n_rot,
                     p.rope_style == RopeStyle::Neox, ints(op.src[1]), c.rope_freqs[i], p.rope_freq_scale, stream_);
           ran = 2;

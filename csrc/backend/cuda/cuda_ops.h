@@ -65,6 +65,50 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
 void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
             size_t ld_y, void* stream);
 
+// How the decode matvec (1..4 rows, ops_matvec_decode.cu) lays out one
+// launch: each warp computes `warp_rows` consecutive weight rows for every
+// row of the group, each lane loading `unroll` units of each of them before
+// using any; `wide` lets Q4_0 and Q4_K rows that start 16-byte aligned load
+// their units in aligned 16-byte words. Every config gives each output the
+// same bits as matvec's prefill tiles (configs differ only in speed).
+// Configs that exist: warp_rows 1 with unroll 1, 2 or 4 with unroll 1 or 2
+// (float weights run every config but 1 x 1 as 2 x 1: their units are 32
+// registers each).
+struct DecodeConfig {
+  int warp_rows = 1;
+  int unroll = 1;
+  bool wide = false;
+};
+bool decode_config_exists(const DecodeConfig& config);
+
+// The config matvec uses for weights of `type`, n_rows (1..4) rows and
+// n_out weight rows (all targets' together for matvec_targets).
+DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows);
+
+// One matrix of a matvec_targets call: y (n_rows, ld_y) columns [0, n_out)
+// = x times w (n_out rows, GGUF layout).
+struct MatvecTarget {
+  const void* w = nullptr;
+  size_t n_out = 0;
+  float* y = nullptr;
+  size_t ld_y = 0;
+};
+constexpr size_t kMaxDecodeTargets = 3;
+
+// matvec for `count` (1..kMaxDecodeTargets) matrices of one type that read
+// the same x (a layer's q, k and v; gate and up): 1..4 rows run as one
+// decode launch over all of them (small matrices such as k and v fill the
+// GPU only together), more rows as one matvec per target. Each output's
+// bits are those matvec gives it alone.
+void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                    void* stream);
+
+// The decode launch of matvec_targets (1..4 rows) with an explicit config
+// (matvec picks decode_config's); x as matvec checks it. Throws
+// InvalidArgument for a config that does not exist.
+void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                   const DecodeConfig& config, void* stream);
+
 // out (n, width) = rms_norm of each row of x times weight (width floats;
 // null: no weight). `out` may equal x. A row may be a head: n = rows * heads,
 // width = head_dim.
@@ -140,6 +184,15 @@ struct KvRows {
 // row's position in layer `layer` (ring layers at position % ring_rows).
 void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k, size_t k_width,
               const float* v, size_t v_width, size_t n_rows, void* stream);
+
+// rope_pair of a layer's q (a) and k (b), then write_kv of the rotated k and
+// of v (n_rows, v_width) into layer `layer`, in one launch: the same bits
+// as rope_pair followed by write_kv (b's rows are the keys, k_width =
+// n_heads_b * head_dim).
+void rope_pair_kv(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_rows, size_t head_dim,
+                  size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale,
+                  const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* v, size_t v_width,
+                  void* stream);
 
 // out (n_rows, n_head * head_dim_v) = softmax(q.K * scale) V for every query
 // head over the row's visible positions [max(0, pos - window + 1), pos]

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_error.h"
@@ -61,12 +62,60 @@ std::vector<T> download_ptr(const T* ptr, size_t count) {
 
 }  // namespace
 
-std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows) {
+namespace {
+
+// Checks a matvec call's shapes and config (see cuda_testing.h).
+void check_matvec(DType type, size_t k, size_t n_rows, int warp_rows, int unroll, bool wide) {
   require_device();
   const DTypeInfo& info = dtype_info(type);
   if (k == 0 || k % 32 != 0 || k % info.block_elems != 0) {
     throw InvalidArgument("[cuda testing] matvec row length must be a multiple of 32 and of the block size");
   }
+  if (n_rows == 0) throw InvalidArgument("[cuda testing] matvec needs at least one row");
+  if (warp_rows != 0) {
+    if (n_rows > 4) throw InvalidArgument("[cuda testing] a decode kernel config needs 1..4 rows");
+    if (!cuda::decode_config_exists({warp_rows, unroll, wide})) {
+      throw InvalidArgument("[cuda testing] no decode kernel with warp_rows " + std::to_string(warp_rows) +
+                            " and unroll " + std::to_string(unroll));
+    }
+  }
+}
+
+void launch_matvec(DType type, const void* w, size_t n_out, const cuda::ActivationView& x, size_t n_rows, float* y,
+                   int warp_rows, int unroll, bool wide, void* stream) {
+  if (warp_rows == 0) {
+    cuda::matvec(type, w, n_out, x, n_rows, y, n_out, stream);
+  } else {
+    const cuda::MatvecTarget target{w, n_out, y, n_out};
+    cuda::matvec_decode(type, &target, 1, x, n_rows, {warp_rows, unroll, wide}, stream);
+  }
+}
+
+// Two CUDA events, destroyed on every path.
+struct EventPair {
+  cudaEvent_t begin = nullptr, end = nullptr;
+  EventPair() {
+    cuda::check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+    const cudaError_t err = cudaEventCreate(&end);
+    if (err != cudaSuccess) {
+      cudaEventDestroy(begin);
+      cuda::check_cuda(err, "cudaEventCreate");
+    }
+  }
+  ~EventPair() {
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+
+}  // namespace
+
+std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                          int warp_rows, int unroll, bool wide) {
+  check_matvec(type, k, n_rows, warp_rows, unroll, wide);
+  const DTypeInfo& info = dtype_info(type);
   Stream stream;
   DeviceBuffer dw = upload(w, n_out * (k / info.block_elems) * info.block_bytes, "weights");
   DeviceBuffer dx = upload(x, n_rows * k, "x");
@@ -75,9 +124,77 @@ std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, 
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
   const cuda::ActivationView view =
       cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
-  cuda::matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get());
+  launch_matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide, stream.get());
   stream.sync();
   return download<float>(dy, n_rows * n_out);
+}
+
+std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<const uint8_t*>& ws,
+                                               const std::vector<size_t>& n_outs, size_t k, const float* x,
+                                               size_t n_rows) {
+  check_matvec(type, k, n_rows, 0, 0, true);
+  if (ws.size() != n_outs.size() || ws.empty() || ws.size() > cuda::kMaxDecodeTargets) {
+    throw InvalidArgument("[cuda testing] matvec_targets: 1.." + std::to_string(cuda::kMaxDecodeTargets) +
+                          " matrices, one n_out each");
+  }
+  const DTypeInfo& info = dtype_info(type);
+  Stream stream;
+  std::vector<DeviceBuffer> dw, dy;
+  std::vector<cuda::MatvecTarget> targets;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    dw.push_back(upload(ws[i], n_outs[i] * (k / info.block_elems) * info.block_bytes, "weights"));
+    dy.emplace_back(std::max<size_t>(1, n_rows * n_outs[i]) * sizeof(float), "y");
+    targets.push_back({dw.back().get(), n_outs[i], dy.back().as<float>(), n_outs[i]});
+  }
+  DeviceBuffer dx = upload(x, n_rows * k, "x");
+  const ActivationFormat format = activation_format(type);
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  const cuda::ActivationView view =
+      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
+  cuda::matvec_targets(type, targets.data(), targets.size(), view, n_rows, stream.get());
+  stream.sync();
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < ws.size(); ++i) out.push_back(download<float>(dy[i], n_rows * n_outs[i]));
+  return out;
+}
+
+double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                   int warp_rows, int unroll, bool wide, int reps) {
+  check_matvec(type, k, n_rows, warp_rows, unroll, wide);
+  if (reps <= 0 || n_out == 0) throw InvalidArgument("[cuda testing] time_matvec: n_out and reps must be positive");
+  const DTypeInfo& info = dtype_info(type);
+  const size_t bytes = n_out * (k / info.block_elems) * info.block_bytes;
+  Stream stream;
+  // Copies of W, each its own allocation, cycled so that no launch finds its
+  // weights in L2 (50 MB on the H100/H200).
+  const size_t copies = std::min<size_t>(64, std::max<size_t>(1, ((size_t{256} << 20) + bytes - 1) / bytes));
+  std::vector<DeviceBuffer> weights;
+  weights.push_back(upload(w, bytes, "weights"));
+  for (size_t i = 1; i < copies; ++i) {
+    weights.emplace_back(bytes, "weight copies");
+    cuda::check_cuda(cudaMemcpy(weights.back().get(), weights.front().get(), bytes, cudaMemcpyDeviceToDevice),
+                     "copy weights");
+  }
+  DeviceBuffer dx = upload(x, n_rows * k, "x");
+  const ActivationFormat format = activation_format(type);
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
+  const cuda::ActivationView view =
+      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
+  auto launch = [&](size_t i) {
+    launch_matvec(type, weights[i % copies].get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide,
+                  stream.get());
+  };
+  launch(copies - 1);  // warm-up
+  EventPair events;
+  cudaStream_t s = static_cast<cudaStream_t>(stream.get());
+  cuda::check_cuda(cudaEventRecord(events.begin, s), "cudaEventRecord");
+  for (int i = 0; i < reps; ++i) launch(static_cast<size_t>(i));
+  cuda::check_cuda(cudaEventRecord(events.end, s), "cudaEventRecord");
+  cuda::check_cuda(cudaEventSynchronize(events.end), "time matvec");
+  float ms = 0.0f;
+  cuda::check_cuda(cudaEventElapsedTime(&ms, events.begin, events.end), "cudaEventElapsedTime");
+  return static_cast<double>(ms) / 1000.0 / reps;
 }
 
 QuantizedRows quantize(ActivationFormat format, const float* x, size_t n_rows, size_t k) {
@@ -276,6 +393,65 @@ std::vector<float> rope_pair(const float* a, size_t n_heads_a, const float* b, s
   const std::vector<float> rb = download<float>(db, nb);
   out.insert(out.end(), rb.begin(), rb.end());
   return out;
+}
+
+RopeKvResult rope_pair_kv(const float* a, size_t n_heads_a, const float* b, size_t n_heads_b, const float* v,
+                          size_t v_width, size_t n_rows, size_t head_dim, size_t n_rot, bool neox,
+                          const std::vector<int32_t>& positions, double base, size_t plane_rows, size_t ring_rows,
+                          const std::vector<int32_t>& writes, bool fused) {
+  require_device();
+  if (positions.size() != n_rows || writes.size() != n_rows || n_rot == 0 || n_rot > head_dim || n_rot % 2 != 0 ||
+      n_heads_a == 0 || n_heads_b == 0) {
+    throw InvalidArgument(
+        "[cuda testing] rope_pair_kv: one position and write flag per row, 0 < even n_rot <= head_dim");
+  }
+  for (int32_t p : positions) {
+    const size_t row = ring_rows > 0 ? static_cast<size_t>(p) % ring_rows : static_cast<size_t>(p);
+    if (p < 0 || row >= plane_rows) throw InvalidArgument("[cuda testing] rope_pair_kv: position outside the planes");
+  }
+  const std::vector<double> inv_freq = rope_inv_freq(base, n_rot, {});
+  const size_t k_width = n_heads_b * head_dim;
+  Stream stream;
+  const size_t na = n_rows * n_heads_a * head_dim, nb = n_rows * k_width;
+  DeviceBuffer da = upload(a, na, "a");
+  DeviceBuffer db = upload(b, nb, "b");
+  DeviceBuffer dv = upload(v, n_rows * v_width, "v");
+  DeviceBuffer dpos = upload(positions.data(), n_rows, "positions");
+  DeviceBuffer dfreq = upload(inv_freq.data(), inv_freq.size(), "inv_freq");
+  // Two layers; the session table is {K0, K1, V0, V1}.
+  const std::vector<uint16_t> fill_k(plane_rows * k_width, 0xffff), fill_v(plane_rows * v_width, 0xffff);
+  DeviceBuffer planes[4] = {upload(fill_k.data(), fill_k.size(), "K0"), upload(fill_k.data(), fill_k.size(), "K1"),
+                            upload(fill_v.data(), fill_v.size(), "V0"), upload(fill_v.data(), fill_v.size(), "V1")};
+  const uint16_t* table_host[4] = {planes[0].as<uint16_t>(), planes[1].as<uint16_t>(), planes[2].as<uint16_t>(),
+                                   planes[3].as<uint16_t>()};
+  DeviceBuffer dtable = upload(table_host, 4, "table");
+  std::vector<const uint16_t* const*> tables(n_rows, dtable.as<const uint16_t* const>());
+  DeviceBuffer dtables = upload(tables.data(), n_rows, "tables");
+  const std::vector<int32_t> ring_sizes(n_rows, static_cast<int32_t>(ring_rows));
+  DeviceBuffer dring = upload(ring_sizes.data(), n_rows, "ring rows");
+  DeviceBuffer dwrites = upload(writes.data(), n_rows, "writes");
+  cuda::KvRows kv;
+  kv.tables = dtables.as<const uint16_t* const* const>();
+  kv.positions = dpos.as<int32_t>();
+  kv.ring_rows = dring.as<int32_t>();
+  kv.writes = dwrites.as<int32_t>();
+  const bool ring = ring_rows > 0;
+  if (fused) {
+    cuda::rope_pair_kv(da.as<float>(), n_heads_a, db.as<float>(), n_heads_b, n_rows, head_dim, n_rot, neox,
+                       dpos.as<int32_t>(), dfreq.as<double>(), 1.0, kv, 2, 1, ring, dv.as<float>(), v_width,
+                       stream.get());
+  } else {
+    cuda::rope_pair(da.as<float>(), n_heads_a, db.as<float>(), n_heads_b, n_rows, head_dim, n_rot, neox,
+                    dpos.as<int32_t>(), dfreq.as<double>(), 1.0, stream.get());
+    cuda::write_kv(kv, 2, 1, ring, db.as<float>(), k_width, dv.as<float>(), v_width, n_rows, stream.get());
+  }
+  stream.sync();
+  RopeKvResult r;
+  r.a = download<float>(da, na);
+  r.b = download<float>(db, nb);
+  r.k_plane = download<uint16_t>(planes[1], plane_rows * k_width);
+  r.v_plane = download<uint16_t>(planes[3], plane_rows * v_width);
+  return r;
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
@@ -40,6 +41,7 @@ template <int kQuant>
 __global__ void __launch_bounds__(kNormMaxThreads)
     rms_norm_kernel(const float* x, const float* residual, float* sum_out, const float* weight, size_t width,
                     float eps, float* out, int8_t* q, float* d, float* s) {
+  dependent_launch_begin();
   const size_t row = blockIdx.x;
   const unsigned n = blockDim.x, t = threadIdx.x;
   const float* xr = x + row * width;
@@ -52,11 +54,14 @@ __global__ void __launch_bounds__(kNormMaxThreads)
     sr[i] = e;
     return e;
   };
-  float v[kNormPerThread];
+  // The weights of the first pass are loaded with x, so their round trip
+  // overlaps the reduction instead of following it.
+  float v[kNormPerThread], wv[kNormPerThread];
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const size_t i = t + j * n;
     v[j] = i < width ? load(i) : 0.0f;
+    wv[j] = i < width && weight != nullptr ? weight[i] : 1.0f;
   }
   double sum = 0.0;
 #pragma unroll
@@ -82,33 +87,38 @@ __global__ void __launch_bounds__(kNormMaxThreads)
   const float scale = scale_s;
   float* o = out + row * width;
   const size_t row_block = row * (width / 32);
-  auto emit = [&](size_t i, float xi) {
-    const float y = weight != nullptr ? (xi * scale) * weight[i] : xi * scale;
+  auto emit = [&](size_t i, float xi, float wi) {
+    const float y = weight != nullptr ? (xi * scale) * wi : xi * scale;
     o[i] = y;
     if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(t % 32), row_block + i / 32, q, d, s);
   };
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const size_t i = t + j * n;
-    if (i < width) emit(i, v[j]);
+    if (i < width) emit(i, v[j], wv[j]);
   }
   // Each index is read and written by one thread, reads first: out may be x
   // (or sum_out).
-  for (size_t i = t + kNormPerThread * n; i < width; i += n) emit(i, rr != nullptr ? sr[i] : xr[i]);
+  for (size_t i = t + kNormPerThread * n; i < width; i += n) {
+    emit(i, rr != nullptr ? sr[i] : xr[i], weight != nullptr ? weight[i] : 1.0f);
+  }
 }
 
 __global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * width) return;
   dst[i] = a[i] + b[(i / width) * b_row_stride + i % width];
 }
 
 __global__ void scale_kernel(float* dst, const float* src, size_t count, float factor) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) dst[i] = src[i] * factor;
 }
 
 __global__ void softcap_kernel(float* dst, const float* src, size_t count, float cap) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) dst[i] = cap * tanhf(src[i] / cap);
 }
@@ -120,6 +130,7 @@ __global__ void softcap_kernel(float* dst, const float* src, size_t count, float
 template <int kQuant>
 __global__ void glu_kernel(int kind, float* dst, const float* gate, const float* up, size_t count, int8_t* q,
                            float* d, float* s) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float g = gate[i];
@@ -138,26 +149,57 @@ __global__ void glu_kernel(int kind, float* dst, const float* gate, const float*
 
 __global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t src_cols, size_t offset,
                                   size_t dst_cols) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * dst_cols) return;
   dst[i] = src[(i / dst_cols) * src_cols + offset + i % dst_cols];
 }
 
-// Grid (row, group of kRopeHeads heads): groups [0, groups_a) rotate the
-// heads of a, the rest those of b (a decode layer's q and k in one launch;
-// b may be empty). The block's threads first take the angles, one frequency
-// each, in double as on the CPU (so both backends rotate by the same float
-// cos/sin), then the rotations of the group's (head, pair)s: every thread's
-// loads are independent, and the costly double cos/sin run once per block
-// instead of once per head.
+// The KvStore that follows a layer's rope pair, done by the same launch
+// (kv.tables null: none): b's rotated rows are the keys, v the values.
+struct RopeKvStore {
+  KvRows kv;
+  uint32_t n_layer = 0, layer = 0;
+  bool ring = false;
+  const float* v = nullptr;
+  size_t v_width = 0;
+};
+
+// Plane row of row r of this step in a layer (ring layers wrap).
+__device__ __forceinline__ size_t kv_slot(const KvRows& kv, bool ring, size_t r) {
+  const int32_t pos = kv.positions[r];
+  return ring ? static_cast<size_t>(pos % kv.ring_rows[r]) : static_cast<size_t>(pos);
+}
+
+// Grid (row, group of kRopeHeads heads [, 1]): groups [0, groups_a) rotate
+// the heads of a, the next ones those of b (a decode layer's q and k in one
+// launch; b may be empty). The block's threads first take the angles, one
+// frequency each, in double as on the CPU (so both backends rotate by the
+// same float cos/sin), then the rotations of the group's (head, pair)s:
+// every thread's loads are independent, and the costly double cos/sin run
+// once per block instead of once per head. With a KV store, b's blocks then
+// store their heads (rotated, as write_kv converts them) and one more block
+// per row stores v.
 constexpr unsigned kRopeThreads = 128;
 constexpr size_t kRopeHeads = 4;
 
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* a, size_t n_heads_a, unsigned groups_a, float* b, size_t n_heads_b, size_t head_dim,
-                size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale) {
+                size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale,
+                RopeKvStore store) {
+  dependent_launch_begin();
   extern __shared__ float angles[];  // cos of the n_rot / 2 frequencies, then their sin
   const size_t row = blockIdx.x;
+  const bool storing = store.kv.tables != nullptr;
+  if (storing && blockIdx.y == gridDim.y - 1) {
+    if (store.kv.writes[row] == 0) return;
+    const float* src = store.v + row * store.v_width;
+    uint16_t* dst = const_cast<uint16_t*>(store.kv.tables[row][store.n_layer + store.layer]) +
+                    kv_slot(store.kv, store.ring, row) * store.v_width;
+#pragma unroll 4
+    for (size_t i = threadIdx.x; i < store.v_width; i += kRopeThreads) dst[i] = f32_to_f16_bits(src[i]);
+    return;
+  }
   const bool in_a = blockIdx.y < groups_a;
   float* x = in_a ? a : b;
   const size_t n_heads = in_a ? n_heads_a : n_heads_b;
@@ -181,10 +223,21 @@ __global__ void __launch_bounds__(kRopeThreads)
     *lo = x0 * c - x1 * s;
     *hi = x0 * s + x1 * c;
   }
+  if (!storing || in_a) return;
+  // The block's k heads, rotated by its own threads (visible after the
+  // barrier), whole (dims past n_rot too), as write_kv stores the k row.
+  __syncthreads();
+  if (store.kv.writes[row] == 0) return;
+  const size_t k_width = n_heads_b * head_dim;
+  const float* src = b + row * k_width + h0 * head_dim;
+  uint16_t* dst = const_cast<uint16_t*>(store.kv.tables[row][store.layer]) +
+                  kv_slot(store.kv, store.ring, row) * k_width + h0 * head_dim;
+  for (size_t i = threadIdx.x; i < heads * head_dim; i += kRopeThreads) dst[i] = f32_to_f16_bits(src[i]);
 }
 
 template <typename T>
 __global__ void get_rows_kernel(const uint8_t* w, size_t row_bytes, size_t k, const int32_t* ids, float* out) {
+  dependent_launch_begin();
   const size_t r = blockIdx.x;
   const uint8_t* wrow = w + static_cast<size_t>(ids[r]) * row_bytes;
   for (size_t e = threadIdx.x; e < k; e += blockDim.x) {
@@ -196,11 +249,11 @@ __global__ void get_rows_kernel(const uint8_t* w, size_t row_bytes, size_t k, co
 // conversions of a thread are independent, unrolled so their loads overlap.
 __global__ void write_kv_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k,
                                 size_t k_width, const float* v, size_t v_width) {
+  dependent_launch_begin();
   const size_t r = blockIdx.x;
   if (kv.writes[r] == 0) return;
   const bool value = blockIdx.y == 1;
-  const int32_t pos = kv.positions[r];
-  const size_t slot = ring ? static_cast<size_t>(pos % kv.ring_rows[r]) : static_cast<size_t>(pos);
+  const size_t slot = kv_slot(kv, ring, r);
   const size_t width = value ? v_width : k_width;
   const float* src = (value ? v : k) + r * width;
   uint16_t* dst = const_cast<uint16_t*>(kv.tables[r][value ? n_layer + layer : layer]) + slot * width;
@@ -209,6 +262,7 @@ __global__ void write_kv_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, boo
 }
 
 __global__ void gather_rows_kernel(const float* x, size_t width, const int32_t* ids, float* out) {
+  dependent_launch_begin();
   const size_t r = blockIdx.x;
   const float* src = x + static_cast<size_t>(ids[r]) * width;
   for (size_t i = threadIdx.x; i < width; i += blockDim.x) out[r * width + i] = src[i];
@@ -220,14 +274,16 @@ constexpr unsigned kThreads = 256;
 
 void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, float* out, void* stream) {
   if (n == 0) return;
-  gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, width, ids,
+  launch_dependent(gather_rows_kernel, static_cast<unsigned>(n), kThreads, 0, static_cast<cudaStream_t>(stream), x,
+      width, ids,
                                                                                                     out);
   check_launch("gather_rows");
 }
 
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
   if (n == 0) return;
-  rms_norm_kernel<0><<<static_cast<unsigned>(n), norm_threads(width), 0, static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(rms_norm_kernel<0>, static_cast<unsigned>(n), norm_threads(width), 0,
+      static_cast<cudaStream_t>(stream), 
       x, nullptr, nullptr, weight, width, eps, out, nullptr, nullptr, nullptr);
   check_launch("rms_norm");
 }
@@ -249,11 +305,12 @@ ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, cons
   const unsigned threads = norm_threads(width);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (format == ActivationFormat::Q8_1) {
-    rms_norm_kernel<2><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, q, d, s);
+    launch_dependent(rms_norm_kernel<2>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, q, d, s);
   } else if (format == ActivationFormat::Q8_0) {
-    rms_norm_kernel<1><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, q, d, nullptr);
+    launch_dependent(rms_norm_kernel<1>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, q, d, nullptr);
   } else {
-    rms_norm_kernel<0><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, nullptr, nullptr, nullptr);
+    launch_dependent(rms_norm_kernel<0>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, nullptr,
+        nullptr, nullptr);
   }
   check_launch("add_rms_norm");
   return view;
@@ -271,10 +328,10 @@ ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n,
   float* s = const_cast<float*>(view.s);
   const unsigned threads = norm_threads(width);
   if (format == ActivationFormat::Q8_1) {
-    rms_norm_kernel<2><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_dependent(rms_norm_kernel<2>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), 
         x, nullptr, nullptr, weight, width, eps, out, q, d, s);
   } else {
-    rms_norm_kernel<1><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_dependent(rms_norm_kernel<1>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), 
         x, nullptr, nullptr, weight, width, eps, out, q, d, nullptr);
   }
   check_launch("rms_norm_quantized");
@@ -283,28 +340,31 @@ ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n,
 
 void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream) {
   if (n * width == 0) return;
-  add_kernel<<<ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, a, b, n, width,
+  launch_dependent(add_kernel, ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst, a,
+      b, n, width,
                                                                                                  b_row_stride);
   check_launch("add");
 }
 
 void scale(float* dst, const float* src, size_t count, float factor, void* stream) {
   if (count == 0) return;
-  scale_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, count,
+  launch_dependent(scale_kernel, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst, src,
+      count,
                                                                                                 factor);
   check_launch("scale");
 }
 
 void softcap(float* dst, const float* src, size_t count, float cap, void* stream) {
   if (count == 0) return;
-  softcap_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, count,
+  launch_dependent(softcap_kernel, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst,
+      src, count,
                                                                                                   cap);
   check_launch("softcap");
 }
 
 void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream) {
   if (count == 0) return;
-  glu_kernel<0><<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(glu_kernel<0>, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), 
       static_cast<int>(kind), dst, gate, up, count, nullptr, nullptr, nullptr);
   check_launch("glu");
 }
@@ -322,10 +382,12 @@ ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const floa
   float* s = const_cast<float*>(view.s);
   const unsigned grid = ceil_div(count, kThreads);
   if (format == ActivationFormat::Q8_1) {
-    glu_kernel<2><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind), dst, gate, up,
+    launch_dependent(glu_kernel<2>, grid, kThreads, 0, static_cast<cudaStream_t>(stream), static_cast<int>(kind),
+        dst, gate, up,
                                                                            count, q, d, s);
   } else {
-    glu_kernel<1><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind), dst, gate, up,
+    launch_dependent(glu_kernel<1>, grid, kThreads, 0, static_cast<cudaStream_t>(stream), static_cast<int>(kind),
+        dst, gate, up,
                                                                            count, q, d, nullptr);
   }
   check_launch("glu_quantized");
@@ -335,7 +397,7 @@ ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const floa
 void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
                 void* stream) {
   if (n * dst_cols == 0) return;
-  slice_cols_kernel<<<ceil_div(n * dst_cols, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(slice_cols_kernel, ceil_div(n * dst_cols, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), 
       dst, src, n, src_cols, offset, dst_cols);
   check_launch("slice_cols");
 }
@@ -350,16 +412,39 @@ void rope_pair(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_
   if (n_rows == 0 || n_heads_a + n_heads_b == 0 || n_rot == 0) return;
   const unsigned groups_a = ceil_div(n_heads_a, kRopeHeads), groups_b = ceil_div(n_heads_b, kRopeHeads);
   const dim3 grid(static_cast<unsigned>(n_rows), groups_a + groups_b);
-  rope_kernel<<<grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
-      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale);
+  launch_dependent(rope_kernel, grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream), 
+      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale,
+      RopeKvStore{});
   check_launch("rope");
+}
+
+void rope_pair_kv(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_rows, size_t head_dim,
+                  size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale,
+                  const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* v, size_t v_width,
+                  void* stream) {
+  if (n_rows == 0) return;
+  if (n_rot == 0 || n_heads_b == 0 || kv.tables == nullptr) {
+    throw InternalError("[cuda rope_pair_kv] needs rotated keys and a KV table");
+  }
+  const unsigned groups_a = ceil_div(n_heads_a, kRopeHeads), groups_b = ceil_div(n_heads_b, kRopeHeads);
+  const dim3 grid(static_cast<unsigned>(n_rows), groups_a + groups_b + 1);
+  RopeKvStore store;
+  store.kv = kv;
+  store.n_layer = n_layer;
+  store.layer = layer;
+  store.ring = ring;
+  store.v = v;
+  store.v_width = v_width;
+  launch_dependent(rope_kernel, grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream), 
+      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale, store);
+  check_launch("rope_pair_kv");
 }
 
 void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_rows, float* out, void* stream) {
   if (n_rows == 0) return;
   const size_t row_bytes = k / dtype_info(type).block_elems * dtype_info(type).block_bytes;
   const bool ok = dispatch_type(type, [&]<typename T>() {
-    get_rows_kernel<T><<<static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_dependent(get_rows_kernel<T>, static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream), 
         static_cast<const uint8_t*>(w), row_bytes, k, ids, out);
   });
   if (!ok) throw InternalError(std::string("[cuda get_rows] no kernel for type ") + dtype_info(type).name);
@@ -369,7 +454,8 @@ void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_
 void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k, size_t k_width,
               const float* v, size_t v_width, size_t n_rows, void* stream) {
   if (n_rows == 0) return;
-  write_kv_kernel<<<dim3(static_cast<unsigned>(n_rows), 2), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(write_kv_kernel, dim3(static_cast<unsigned>(n_rows), 2), kThreads, 0,
+      static_cast<cudaStream_t>(stream), 
       kv, n_layer, layer, ring, k, k_width, v, v_width);
   check_launch("write_kv");
 }

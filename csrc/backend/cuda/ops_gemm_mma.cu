@@ -42,6 +42,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
@@ -191,6 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     int stages_per_class, ActivationView x, size_t n_rows, float* __restrict__ y, size_t ld_y) {
   constexpr bool kHasMin = T::kHasMin;
   constexpr int kRawWords = RawBlock<T>::kWords;
+  dependent_launch_begin();  // before the first read of the activations (dependent_launch.cuh)
   extern __shared__ int4 smem_raw[];
   Smem<T>& sm = *reinterpret_cast<Smem<T>*>(smem_raw);
   const Walk<kP> walk{stages_per_class};
@@ -420,8 +422,8 @@ void launch_gemm_walk(const void* w, size_t n_out, const ActivationView& x, size
       gemm_mma_kernel<T, kP>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   check_cuda(opted_in, "cudaFuncSetAttribute(gemm_mma)");
   const dim3 grid(ceil_div(n_rows, kTileRows), ceil_div(n_out, kTileOut));
-  gemm_mma_kernel<T, kP><<<grid, kThreads, kSmem, stream>>>(static_cast<const uint8_t*>(w), row_bytes, n_out,
-                                                            n_units, stages_per_class, x, n_rows, y, ld_y);
+  launch_dependent(gemm_mma_kernel<T, kP>, grid, dim3(kThreads), kSmem, stream, static_cast<const uint8_t*>(w),
+                   row_bytes, n_out, n_units, stages_per_class, x, n_rows, y, ld_y);
   check_launch("gemm_mma");
 }
 

@@ -5,8 +5,12 @@
 // sums in a fixed butterfly: the order depends only on the row length, so a
 // row's result is bitwise the same for any tile size and position (batch and
 // chunking invariance).
+#include <string>
+
+#include "backend/cuda/activation_rows.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
@@ -15,37 +19,13 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-__device__ __forceinline__ ActRow act_row(const ActivationView& x, size_t r) {
-  ActRow a;
-  const size_t k = x.k;
-  a.q = x.q != nullptr ? reinterpret_cast<const int*>(x.q + r * k) : nullptr;
-  a.f = x.f != nullptr ? x.f + r * k : nullptr;
-  switch (x.format) {
-    case ActivationFormat::Q8_K:
-      a.d = x.d + r * (k / 256);
-      a.s = nullptr;
-      a.bsum = x.bsum + r * (k / 16);
-      break;
-    case ActivationFormat::Q8_1:
-      a.d = x.d + r * (k / 32);
-      a.s = x.s + r * (k / 32);
-      a.bsum = nullptr;
-      break;
-    default:
-      a.d = x.d != nullptr ? x.d + r * (k / 32) : nullptr;
-      a.s = nullptr;
-      a.bsum = nullptr;
-      break;
-  }
-  return a;
-}
-
 // Grid: (weight rows / kWarpsPerBlock, row tiles). A tile holds kRows rows
 // (fewer in the last tile: rows past n_rows are skipped, never computed).
 template <typename T, int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units, ActivationView x,
                   size_t n_rows, float* __restrict__ y, size_t ld_y) {
+  dependent_launch_begin();
   const size_t n = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (n >= n_out) return;
@@ -79,17 +59,14 @@ void launch_matvec(const void* w, size_t n_out, const ActivationView& x, size_t 
   const size_t row_bytes = k / T::kBlockElems * T::kBlockBytes;
   const int n_units = static_cast<int>(k / 32);
   const dim3 grid(ceil_div(n_out, kWarpsPerBlock), ceil_div(n_rows, kRows));
-  matvec_kernel<T, kRows><<<grid, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const uint8_t*>(w), row_bytes,
+  launch_dependent(matvec_kernel<T, kRows>, grid, kWarpsPerBlock * 32, 0, stream, static_cast<const uint8_t*>(w),
+      row_bytes,
                                                                      n_out, n_units, x, n_rows, y, ld_y);
   check_launch("matvec");
 }
 
-}  // namespace
-
-void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-            size_t ld_y, void* stream_ptr) {
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  if (n_rows == 0 || n_out == 0) return;
+// Activations in the format the weights need, rows of whole blocks.
+void check_matvec_input(DType type, const ActivationView& x) {
   if (x.format != activation_format(type)) {
     throw InternalError(std::string("[cuda matvec] weights of type ") + dtype_info(type).name + " need " +
                         activation_format_name(activation_format(type)) + " activations, got " +
@@ -98,19 +75,48 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
   if (x.k % 32 != 0 || x.k % dtype_info(type).block_elems != 0) {
     throw InternalError("[cuda matvec] row length " + std::to_string(x.k) + " is not a block multiple");
   }
+}
+
+}  // namespace
+
+void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+            size_t ld_y, void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (n_rows == 0 || n_out == 0) return;
+  check_matvec_input(type, x);
+  // Decode groups (1..4 rows) have their own kernels (ops_matvec_decode.cu),
+  // which compute every output as this one does; from kGemmMinRows rows the
+  // tensor-core GEMM (ops_gemm_mma.cu) takes its types; the rest walk tiles
+  // of kPrefillTileRows.
+  if (n_rows <= 4) {
+    const MatvecTarget target{w, n_out, y, ld_y};
+    matvec_decode(type, &target, 1, x, n_rows, decode_config(type, n_out, n_rows), stream_ptr);
+    return;
+  }
   if (n_rows >= kGemmMinRows && gemm_mma(type, w, n_out, x, n_rows, y, ld_y, stream)) return;
   const bool ok = dispatch_type(type, [&]<typename T>() {
-    // Decode groups get a tile of exactly their row count; longer batches
-    // walk tiles of kPrefillTileRows. Every variant computes a row the same way.
-    switch (n_rows) {
-      case 1: launch_matvec<T, 1>(w, n_out, x, n_rows, y, ld_y, stream); break;
-      case 2: launch_matvec<T, 2>(w, n_out, x, n_rows, y, ld_y, stream); break;
-      case 3: launch_matvec<T, 3>(w, n_out, x, n_rows, y, ld_y, stream); break;
-      case 4: launch_matvec<T, 4>(w, n_out, x, n_rows, y, ld_y, stream); break;
-      default: launch_matvec<T, kPrefillTileRows>(w, n_out, x, n_rows, y, ld_y, stream); break;
-    }
+    launch_matvec<T, kPrefillTileRows>(w, n_out, x, n_rows, y, ld_y, stream);
   });
   if (!ok) throw InternalError(std::string("[cuda matvec] no kernel for type ") + dtype_info(type).name);
+}
+
+void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                    void* stream) {
+  if (count == 0 || count > kMaxDecodeTargets) {
+    throw InternalError("[cuda matvec] " + std::to_string(count) + " targets (1.." +
+                        std::to_string(kMaxDecodeTargets) + ")");
+  }
+  if (n_rows > 4 || count == 1) {
+    for (size_t i = 0; i < count; ++i) {
+      matvec(type, targets[i].w, targets[i].n_out, x, n_rows, targets[i].y, targets[i].ld_y, stream);
+    }
+    return;
+  }
+  if (n_rows == 0) return;
+  size_t n_out = 0;
+  for (size_t i = 0; i < count; ++i) n_out += targets[i].n_out;
+  check_matvec_input(type, x);
+  matvec_decode(type, targets, count, x, n_rows, decode_config(type, n_out, n_rows), stream);
 }
 
 }  // namespace muser::cuda
