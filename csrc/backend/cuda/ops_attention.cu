@@ -316,35 +316,16 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
   const int group = static_cast<int>(shape.n_head / shape.n_head_kv);
   const int hd_k = static_cast<int>(shape.head_dim_k), hd_v = static_cast<int>(shape.head_dim_v);
   const int window = static_cast<int>(shape.window);
+  // One instantiation per number of dimension pairs a lane holds (heads of up to 64, 128, 192, 256).
+  const auto kernel = np == 1   ? attention_partial_kernel<1>
+                      : np == 2 ? attention_partial_kernel<2>
+                      : np == 3 ? attention_partial_kernel<3>
+                                : attention_partial_kernel<4>;
   for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
     const unsigned rows = static_cast<unsigned>(std::min(kTileRows, n_rows - row0));
     const dim3 grid(kSplits, static_cast<unsigned>(n_head), rows);
-    switch (np) {
-      case 1:
-        launch_dependent(attention_partial_kernel<1>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
-            shape.ring, n_head,
-                                                              group, hd_k, hd_v, window, shape.scale, q, row0,
-                                                              part_ms, part_acc, done, out, qo);
-        break;
-      case 2:
-        launch_dependent(attention_partial_kernel<2>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
-            shape.ring, n_head,
-                                                              group, hd_k, hd_v, window, shape.scale, q, row0,
-                                                              part_ms, part_acc, done, out, qo);
-        break;
-      case 3:
-        launch_dependent(attention_partial_kernel<3>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
-            shape.ring, n_head,
-                                                              group, hd_k, hd_v, window, shape.scale, q, row0,
-                                                              part_ms, part_acc, done, out, qo);
-        break;
-      default:
-        launch_dependent(attention_partial_kernel<4>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
-            shape.ring, n_head,
-                                                              group, hd_k, hd_v, window, shape.scale, q, row0,
-                                                              part_ms, part_acc, done, out, qo);
-        break;
-    }
+    launch_dependent(kernel, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer, shape.ring, n_head, group, hd_k,
+                     hd_v, window, shape.scale, q, row0, part_ms, part_acc, done, out, qo);
     check_launch("attention");
   }
 }

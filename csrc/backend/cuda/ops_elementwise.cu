@@ -275,16 +275,15 @@ constexpr unsigned kThreads = 256;
 void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, float* out, void* stream) {
   if (n == 0) return;
   launch_dependent(gather_rows_kernel, static_cast<unsigned>(n), kThreads, 0, static_cast<cudaStream_t>(stream), x,
-      width, ids,
-                                                                                                    out);
+                   width, ids, out);
   check_launch("gather_rows");
 }
 
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
   if (n == 0) return;
   launch_dependent(rms_norm_kernel<0>, static_cast<unsigned>(n), norm_threads(width), 0,
-      static_cast<cudaStream_t>(stream), 
-      x, nullptr, nullptr, weight, width, eps, out, nullptr, nullptr, nullptr);
+                   static_cast<cudaStream_t>(stream), x, nullptr, nullptr, weight, width, eps, out, nullptr, nullptr,
+                   nullptr);
   check_launch("rms_norm");
 }
 
@@ -309,8 +308,8 @@ ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, cons
   } else if (format == ActivationFormat::Q8_0) {
     launch_dependent(rms_norm_kernel<1>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, q, d, nullptr);
   } else {
-    launch_dependent(rms_norm_kernel<0>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, nullptr,
-        nullptr, nullptr);
+    launch_dependent(rms_norm_kernel<0>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, nullptr, nullptr,
+                     nullptr);
   }
   check_launch("add_rms_norm");
   return view;
@@ -328,11 +327,11 @@ ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n,
   float* s = const_cast<float*>(view.s);
   const unsigned threads = norm_threads(width);
   if (format == ActivationFormat::Q8_1) {
-    launch_dependent(rms_norm_kernel<2>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), 
-        x, nullptr, nullptr, weight, width, eps, out, q, d, s);
+    launch_dependent(rms_norm_kernel<2>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), x,
+                     nullptr, nullptr, weight, width, eps, out, q, d, s);
   } else {
-    launch_dependent(rms_norm_kernel<1>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), 
-        x, nullptr, nullptr, weight, width, eps, out, q, d, nullptr);
+    launch_dependent(rms_norm_kernel<1>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), x,
+                     nullptr, nullptr, weight, width, eps, out, q, d, nullptr);
   }
   check_launch("rms_norm_quantized");
   return view;
@@ -340,32 +339,29 @@ ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n,
 
 void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream) {
   if (n * width == 0) return;
-  launch_dependent(add_kernel, ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst, a,
-      b, n, width,
-                                                                                                 b_row_stride);
+  launch_dependent(add_kernel, ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst, a, b,
+                   n, width, b_row_stride);
   check_launch("add");
 }
 
 void scale(float* dst, const float* src, size_t count, float factor, void* stream) {
   if (count == 0) return;
   launch_dependent(scale_kernel, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst, src,
-      count,
-                                                                                                factor);
+                   count, factor);
   check_launch("scale");
 }
 
 void softcap(float* dst, const float* src, size_t count, float cap, void* stream) {
   if (count == 0) return;
-  launch_dependent(softcap_kernel, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst,
-      src, count,
-                                                                                                  cap);
+  launch_dependent(softcap_kernel, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst, src,
+                   count, cap);
   check_launch("softcap");
 }
 
 void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream) {
   if (count == 0) return;
-  launch_dependent(glu_kernel<0>, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), 
-      static_cast<int>(kind), dst, gate, up, count, nullptr, nullptr, nullptr);
+  launch_dependent(glu_kernel<0>, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream),
+                   static_cast<int>(kind), dst, gate, up, count, nullptr, nullptr, nullptr);
   check_launch("glu");
 }
 
@@ -382,13 +378,11 @@ ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const floa
   float* s = const_cast<float*>(view.s);
   const unsigned grid = ceil_div(count, kThreads);
   if (format == ActivationFormat::Q8_1) {
-    launch_dependent(glu_kernel<2>, grid, kThreads, 0, static_cast<cudaStream_t>(stream), static_cast<int>(kind),
-        dst, gate, up,
-                                                                           count, q, d, s);
+    launch_dependent(glu_kernel<2>, grid, kThreads, 0, static_cast<cudaStream_t>(stream), static_cast<int>(kind), dst,
+                     gate, up, count, q, d, s);
   } else {
-    launch_dependent(glu_kernel<1>, grid, kThreads, 0, static_cast<cudaStream_t>(stream), static_cast<int>(kind),
-        dst, gate, up,
-                                                                           count, q, d, nullptr);
+    launch_dependent(glu_kernel<1>, grid, kThreads, 0, static_cast<cudaStream_t>(stream), static_cast<int>(kind), dst,
+                     gate, up, count, q, d, nullptr);
   }
   check_launch("glu_quantized");
   return view;
@@ -397,8 +391,8 @@ ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const floa
 void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
                 void* stream) {
   if (n * dst_cols == 0) return;
-  launch_dependent(slice_cols_kernel, ceil_div(n * dst_cols, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), 
-      dst, src, n, src_cols, offset, dst_cols);
+  launch_dependent(slice_cols_kernel, ceil_div(n * dst_cols, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream),
+                   dst, src, n, src_cols, offset, dst_cols);
   check_launch("slice_cols");
 }
 
@@ -412,9 +406,9 @@ void rope_pair(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_
   if (n_rows == 0 || n_heads_a + n_heads_b == 0 || n_rot == 0) return;
   const unsigned groups_a = ceil_div(n_heads_a, kRopeHeads), groups_b = ceil_div(n_heads_b, kRopeHeads);
   const dim3 grid(static_cast<unsigned>(n_rows), groups_a + groups_b);
-  launch_dependent(rope_kernel, grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream), 
-      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale,
-      RopeKvStore{});
+  launch_dependent(rope_kernel, grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream), a,
+                   n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale,
+                   RopeKvStore{});
   check_launch("rope");
 }
 
@@ -435,8 +429,9 @@ void rope_pair_kv(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t
   store.ring = ring;
   store.v = v;
   store.v_width = v_width;
-  launch_dependent(rope_kernel, grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream), 
-      a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale, store);
+  launch_dependent(rope_kernel, grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream), a,
+                   n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale,
+                   store);
   check_launch("rope_pair_kv");
 }
 
@@ -444,8 +439,8 @@ void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_
   if (n_rows == 0) return;
   const size_t row_bytes = k / dtype_info(type).block_elems * dtype_info(type).block_bytes;
   const bool ok = dispatch_type(type, [&]<typename T>() {
-    launch_dependent(get_rows_kernel<T>, static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream), 
-        static_cast<const uint8_t*>(w), row_bytes, k, ids, out);
+    launch_dependent(get_rows_kernel<T>, static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream),
+                     static_cast<const uint8_t*>(w), row_bytes, k, ids, out);
   });
   if (!ok) throw InternalError(std::string("[cuda get_rows] no kernel for type ") + dtype_info(type).name);
   check_launch("get_rows");
@@ -455,8 +450,7 @@ void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, con
               const float* v, size_t v_width, size_t n_rows, void* stream) {
   if (n_rows == 0) return;
   launch_dependent(write_kv_kernel, dim3(static_cast<unsigned>(n_rows), 2), kThreads, 0,
-      static_cast<cudaStream_t>(stream), 
-      kv, n_layer, layer, ring, k, k_width, v, v_width);
+                   static_cast<cudaStream_t>(stream), kv, n_layer, layer, ring, k, k_width, v, v_width);
   check_launch("write_kv");
 }
 

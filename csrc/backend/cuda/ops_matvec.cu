@@ -60,8 +60,7 @@ void launch_matvec(const void* w, size_t n_out, const ActivationView& x, size_t 
   const int n_units = static_cast<int>(k / 32);
   const dim3 grid(ceil_div(n_out, kWarpsPerBlock), ceil_div(n_rows, kRows));
   launch_dependent(matvec_kernel<T, kRows>, grid, kWarpsPerBlock * 32, 0, stream, static_cast<const uint8_t*>(w),
-      row_bytes,
-                                                                     n_out, n_units, x, n_rows, y, ld_y);
+                   row_bytes, n_out, n_units, x, n_rows, y, ld_y);
   check_launch("matvec");
 }
 

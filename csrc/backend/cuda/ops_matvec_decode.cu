@@ -225,14 +225,14 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
     if (wide && aligned) {
-      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>, blocks, kDecodeWarpsPerBlock * 32,
-          0, stream, t, row_bytes, n_units, x);
+      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>, blocks, kDecodeWarpsPerBlock * 32, 0,
+                       stream, t, row_bytes, n_units, x);
       launched = true;
     }
   }
   if (!launched) {
     launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>, blocks, kDecodeWarpsPerBlock * 32, 0,
-        stream, t, row_bytes, n_units, x);
+                     stream, t, row_bytes, n_units, x);
   }
   check_launch("matvec (decode)");
 }

@@ -135,7 +135,7 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
   if (format == ActivationFormat::Q8_K) {
     if (elems > 0) {
       launch_dependent(quantize_q8_k, static_cast<unsigned>(elems / 256), 256, 0, stream, x, q, d,
-          const_cast<int32_t*>(view.bsum));
+                       const_cast<int32_t*>(view.bsum));
     }
     check_launch("quantize_q8_k");
     return view;
@@ -144,7 +144,7 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
   const unsigned grid = ceil_div(n_blocks * 32, 256);
   if (format == ActivationFormat::Q8_1) {
     if (n_blocks > 0) launch_dependent(quantize_q8_32<true>, grid, 256, 0, stream, x, n_blocks, q, d,
-        const_cast<float*>(view.s));
+                                       const_cast<float*>(view.s));
   } else {
     if (n_blocks > 0) launch_dependent(quantize_q8_32<false>, grid, 256, 0, stream, x, n_blocks, q, d, nullptr);
   }
