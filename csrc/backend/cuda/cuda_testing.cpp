@@ -110,21 +110,32 @@ struct EventPair {
   EventPair& operator=(const EventPair&) = delete;
 };
 
+// n_out rows of `type` weights (GGUF row layout, k elements each) on the device.
+DeviceBuffer upload_weights(DType type, const uint8_t* w, size_t n_out, size_t k) {
+  return upload(w, row_bytes(type, k) * n_out, "weights");
+}
+
+// Activation rows x (n_rows, k) on the device, quantized in the format
+// `type`'s matvec reads (the view points into `scratch`).
+struct DeviceActivations {
+  DeviceBuffer x, scratch;
+  cuda::ActivationView view;
+  DeviceActivations(DType type, const float* host_x, size_t n_rows, size_t k, void* stream)
+      : x(upload(host_x, n_rows * k, "x")),
+        scratch(cuda::activation_bytes(activation_format(type), n_rows, k), "activations"),
+        view(cuda::quantize_activations(activation_format(type), x.as<float>(), n_rows, k, scratch.get(), stream)) {}
+};
+
 }  // namespace
 
 std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
                           int warp_rows, int unroll, bool wide) {
   check_matvec(type, k, n_rows, warp_rows, unroll, wide);
-  const DTypeInfo& info = dtype_info(type);
   Stream stream;
-  DeviceBuffer dw = upload(w, n_out * (k / info.block_elems) * info.block_bytes, "weights");
-  DeviceBuffer dx = upload(x, n_rows * k, "x");
-  const ActivationFormat format = activation_format(type);
-  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  DeviceBuffer dw = upload_weights(type, w, n_out, k);
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
-  const cuda::ActivationView view =
-      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
-  launch_matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide, stream.get());
+  const DeviceActivations act(type, x, n_rows, k, stream.get());
+  launch_matvec(type, dw.get(), n_out, act.view, n_rows, dy.as<float>(), warp_rows, unroll, wide, stream.get());
   stream.sync();
   return download<float>(dy, n_rows * n_out);
 }
@@ -137,21 +148,16 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
     throw InvalidArgument("[cuda testing] matvec_targets: 1.." + std::to_string(cuda::kMaxDecodeTargets) +
                           " matrices, one n_out each");
   }
-  const DTypeInfo& info = dtype_info(type);
   Stream stream;
   std::vector<DeviceBuffer> dw, dy;
   std::vector<cuda::MatvecTarget> targets;
   for (size_t i = 0; i < ws.size(); ++i) {
-    dw.push_back(upload(ws[i], n_outs[i] * (k / info.block_elems) * info.block_bytes, "weights"));
+    dw.push_back(upload_weights(type, ws[i], n_outs[i], k));
     dy.emplace_back(std::max<size_t>(1, n_rows * n_outs[i]) * sizeof(float), "y");
     targets.push_back({dw.back().get(), n_outs[i], dy.back().as<float>(), n_outs[i]});
   }
-  DeviceBuffer dx = upload(x, n_rows * k, "x");
-  const ActivationFormat format = activation_format(type);
-  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
-  const cuda::ActivationView view =
-      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
-  cuda::matvec_targets(type, targets.data(), targets.size(), view, n_rows, stream.get());
+  const DeviceActivations act(type, x, n_rows, k, stream.get());
+  cuda::matvec_targets(type, targets.data(), targets.size(), act.view, n_rows, stream.get());
   stream.sync();
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < ws.size(); ++i) out.push_back(download<float>(dy[i], n_rows * n_outs[i]));
@@ -162,27 +168,22 @@ double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const f
                    int warp_rows, int unroll, bool wide, int reps) {
   check_matvec(type, k, n_rows, warp_rows, unroll, wide);
   if (reps <= 0 || n_out == 0) throw InvalidArgument("[cuda testing] time_matvec: n_out and reps must be positive");
-  const DTypeInfo& info = dtype_info(type);
-  const size_t bytes = n_out * (k / info.block_elems) * info.block_bytes;
+  const size_t bytes = row_bytes(type, k) * n_out;
   Stream stream;
   // Copies of W, each its own allocation, cycled so that no launch finds its
   // weights in L2 (50 MB on the H100/H200).
   const size_t copies = std::min<size_t>(64, std::max<size_t>(1, ((size_t{256} << 20) + bytes - 1) / bytes));
   std::vector<DeviceBuffer> weights;
-  weights.push_back(upload(w, bytes, "weights"));
+  weights.push_back(upload_weights(type, w, n_out, k));
   for (size_t i = 1; i < copies; ++i) {
     weights.emplace_back(bytes, "weight copies");
     cuda::check_cuda(cudaMemcpy(weights.back().get(), weights.front().get(), bytes, cudaMemcpyDeviceToDevice),
                      "copy weights");
   }
-  DeviceBuffer dx = upload(x, n_rows * k, "x");
-  const ActivationFormat format = activation_format(type);
-  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  const DeviceActivations act(type, x, n_rows, k, stream.get());
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
-  const cuda::ActivationView view =
-      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
   auto launch = [&](size_t i) {
-    launch_matvec(type, weights[i % copies].get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide,
+    launch_matvec(type, weights[i % copies].get(), n_out, act.view, n_rows, dy.as<float>(), warp_rows, unroll, wide,
                   stream.get());
   };
   launch(copies - 1);  // warm-up
@@ -226,7 +227,7 @@ std::vector<float> get_rows(DType type, const uint8_t* w, size_t k, size_t n_row
     if (id < 0 || static_cast<size_t>(id) >= n_rows_w) throw InvalidArgument("[cuda testing] get_rows: id out of range");
   }
   Stream stream;
-  DeviceBuffer dw = upload(w, n_rows_w * (k / info.block_elems) * info.block_bytes, "weights");
+  DeviceBuffer dw = upload_weights(type, w, n_rows_w, k);
   DeviceBuffer dids = upload(ids.data(), ids.size(), "ids");
   DeviceBuffer dout(ids.size() * k * sizeof(float), "out");
   cuda::get_rows(type, dw.get(), k, dids.as<int32_t>(), ids.size(), dout.as<float>(), stream.get());
@@ -541,27 +542,23 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
   if (reps > 0) {
     constexpr size_t kFlushBytes = size_t{256} << 20;
     DeviceBuffer flush(kFlushBytes, "L2 flush");
-    cudaEvent_t start = nullptr, stop = nullptr;
-    cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-    cuda::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+    EventPair events;
     double total_ms = 0.0;
     cudaError_t err = cudaSuccess;
     for (int i = 0; i < reps && err == cudaSuccess; ++i) {
       cudaStream_t s = static_cast<cudaStream_t>(stream.get());
       err = cudaMemsetAsync(flush.get(), i & 0xff, kFlushBytes, s);
       if (err == cudaSuccess) err = cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), s);
-      if (err == cudaSuccess) err = cudaEventRecord(start, s);
+      if (err == cudaSuccess) err = cudaEventRecord(events.begin, s);
       if (err == cudaSuccess) {
         cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
-        err = cudaEventRecord(stop, s);
+        err = cudaEventRecord(events.end, s);
       }
-      if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+      if (err == cudaSuccess) err = cudaEventSynchronize(events.end);
       float ms = 0.0f;
-      if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+      if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, events.begin, events.end);
       total_ms += ms;
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
     cuda::check_cuda(err, "timed attention");
     *us = 1000.0 * total_ms / reps;
     const std::vector<float> last = download<float>(dout, n_out);
@@ -627,13 +624,10 @@ std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, siz
     throw InvalidArgument(std::string("[cuda testing] no tensor-core GEMM for ") + info.name);
   }
   Stream stream;
-  DeviceBuffer dw = upload(w, n_out * (k / info.block_elems) * info.block_bytes, "weights");
-  DeviceBuffer dx = upload(x, n_rows * k, "x");
-  const ActivationFormat format = activation_format(type);
-  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  DeviceBuffer dw = upload_weights(type, w, n_out, k);
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
-  const cuda::ActivationView view =
-      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
+  const DeviceActivations act(type, x, n_rows, k, stream.get());
+  const cuda::ActivationView& view = act.view;
   auto run = [&] {
     if (path == MatmulPath::Gemm) {
       if (!cuda::gemm_mma(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get())) {
@@ -653,22 +647,14 @@ std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, siz
   run();
   stream.sync();
   if (us != nullptr) {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-    const cudaError_t created = cudaEventCreate(&stop);
-    if (created != cudaSuccess) {
-      cudaEventDestroy(start);
-      cuda::check_cuda(created, "cudaEventCreate");
-    }
+    EventPair events;
     cudaStream_t s = static_cast<cudaStream_t>(stream.get());
-    cudaError_t status = cudaEventRecord(start, s);
+    cudaError_t status = cudaEventRecord(events.begin, s);
     for (int i = 0; i < reps && status == cudaSuccess; ++i) run();
-    if (status == cudaSuccess) status = cudaEventRecord(stop, s);
-    if (status == cudaSuccess) status = cudaEventSynchronize(stop);
+    if (status == cudaSuccess) status = cudaEventRecord(events.end, s);
+    if (status == cudaSuccess) status = cudaEventSynchronize(events.end);
     float ms = 0.0f;
-    if (status == cudaSuccess) status = cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    if (status == cudaSuccess) status = cudaEventElapsedTime(&ms, events.begin, events.end);
     cuda::check_cuda(status, "time matvec");
     *us = 1000.0 * ms / reps;
   }
