@@ -135,7 +135,7 @@ struct DecodeTargets {
 // Warp g of a target owns its weight rows [g * kWarpRows, (g + 1) *
 // kWarpRows) for all kRows rows of x. Weight rows past n_out (the target's
 // last warp's) read the last row and store nothing.
-template <typename T, int kRows, int kWarpRows, int kUnroll, bool kWide>
+template <typename T, int kRows, int kWarpRows, int kUnroll, bool kPipe, bool kWide>
 __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
     matvec_decode_kernel(DecodeTargets targets, size_t row_bytes, int n_units, ActivationView x) {
   // The block's target, by selects (a dynamic index into the parameter
@@ -163,43 +163,69 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  typename T::Unit unit[kUnroll][kWarpRows];
-  // Loads the batch of units base, base + 32, ... (kUnroll of them) of
-  // each weight row.
-  auto load_batch = [&](int base) {
+  // Nothing read before wait_for_previous_kernel() is written by an earlier
+  // kernel (weights are uploaded once), so under programmatic dependent
+  // launch the first weight loads are in flight while the previous kernel
+  // finishes; the activations are read only after the wait. Launched
+  // normally, the wait and the trigger return at once.
+  if constexpr (kPipe) {
+    // One unit per weight row at a time, the next one's loads issued before
+    // this one's dot products, so a warp always has loads in flight.
+    static_assert(kUnroll == 1, "the pipeline holds one unit per weight row per stage");
+    typename T::Unit cur[kWarpRows], next[kWarpRows];
+    if (lane < n_units) {
 #pragma unroll
-    for (int s = 0; s < kUnroll; ++s) {
-      const int u = base + 32 * s;
-      if (u < n_units) {
-#pragma unroll
-        for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
-      }
+      for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], lane, cur[j]);
     }
-  };
-  int base = lane;
-  load_batch(base);
-  // Nothing above reads what an earlier kernel writes (weights are
-  // uploaded once), so under programmatic dependent launch the first
-  // batch's weight loads are in flight while the previous kernel finishes;
-  // the activations are read only after this wait. Launched normally, the
-  // wait and the trigger return at once.
-  wait_for_previous_kernel();
-  for (;;) {
-    // Units in increasing order per output, as the prefill kernel sums them.
+    wait_for_previous_kernel();
+    for (int u = lane; u < n_units; u += 32) {
+      if (u + 32 < n_units) {
 #pragma unroll
-    for (int s = 0; s < kUnroll; ++s) {
-      const int u = base + 32 * s;
-      if (u < n_units) {
+        for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u + 32, next[j]);
+      }
+      // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-          for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(unit[s][j], act[r], u);
+        for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(cur[j], act[r], u);
+      }
+#pragma unroll
+      for (int j = 0; j < kWarpRows; ++j) cur[j] = next[j];
+    }
+  } else {
+    typename T::Unit unit[kUnroll][kWarpRows];
+    // Loads the batch of units base, base + 32, ... (kUnroll of them) of
+    // each weight row.
+    auto load_batch = [&](int base) {
+#pragma unroll
+      for (int s = 0; s < kUnroll; ++s) {
+        const int u = base + 32 * s;
+        if (u < n_units) {
+#pragma unroll
+          for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
         }
       }
-    }
-    base += 32 * kUnroll;
-    if (base >= n_units) break;
+    };
+    int base = lane;
     load_batch(base);
+    wait_for_previous_kernel();
+    for (;;) {
+      // Units in increasing order per output, as the prefill kernel sums them.
+#pragma unroll
+      for (int s = 0; s < kUnroll; ++s) {
+        const int u = base + 32 * s;
+        if (u < n_units) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+            for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(unit[s][j], act[r], u);
+          }
+        }
+      }
+      base += 32 * kUnroll;
+      if (base >= n_units) break;
+      load_batch(base);
+    }
   }
 #pragma unroll
   for (int j = 0; j < kWarpRows; ++j) {
@@ -211,7 +237,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
   }
 }
 
-template <typename T, int kRows, int kWarpRows, int kUnroll>
+template <typename T, int kRows, int kWarpRows, int kUnroll, bool kPipe = false>
 void launch_decode(const MatvecTarget* targets, size_t count, const ActivationView& x, bool wide,
                    cudaStream_t stream) {
   const size_t k = x.k;
@@ -236,13 +262,13 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
     if (wide && aligned) {
-      matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>
+      matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, kPipe, true>
           <<<blocks, kDecodeWarpsPerBlock * 32, 0, stream>>>(t, row_bytes, n_units, x);
       launched = true;
     }
   }
   if (!launched) {
-    matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>
+    matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, kPipe, false>
         <<<blocks, kDecodeWarpsPerBlock * 32, 0, stream>>>(t, row_bytes, n_units, x);
   }
   check_launch("matvec (decode)");
@@ -252,12 +278,20 @@ template <typename T, int kRows>
 bool launch_config(const DecodeConfig& c, const MatvecTarget* targets, size_t count, const ActivationView& x,
                    cudaStream_t stream) {
   if (!decode_config_exists(c)) return false;
-  if (c.warp_rows == 1) {
+  if (c.warp_rows == 1 && !c.pipelined) {
     launch_decode<T, kRows, 1, 1>(targets, count, x, c.wide, stream);
   } else if constexpr (T::kFormat == ActivationFormat::F32) {
     // A float unit is 32 registers: the larger configs would spill, so
-    // float weights hold two units per lane at most.
+    // float weights hold two units per lane at most (no pipeline either).
     launch_decode<T, kRows, 2, 1>(targets, count, x, c.wide, stream);
+  } else if (c.pipelined) {
+    if (c.warp_rows == 1) {
+      launch_decode<T, kRows, 1, 1, true>(targets, count, x, c.wide, stream);
+    } else if (c.warp_rows == 2) {
+      launch_decode<T, kRows, 2, 1, true>(targets, count, x, c.wide, stream);
+    } else {
+      launch_decode<T, kRows, 4, 1, true>(targets, count, x, c.wide, stream);
+    }
   } else if (c.warp_rows == 2 && c.unroll == 1) {
     launch_decode<T, kRows, 2, 1>(targets, count, x, c.wide, stream);
   } else if (c.warp_rows == 2) {
@@ -273,6 +307,7 @@ bool launch_config(const DecodeConfig& c, const MatvecTarget* targets, size_t co
 }  // namespace
 
 bool decode_config_exists(const DecodeConfig& c) {
+  if (c.pipelined) return (c.warp_rows == 1 || c.warp_rows == 2 || c.warp_rows == 4) && c.unroll == 1;
   return (c.warp_rows == 1 && c.unroll == 1) ||
          ((c.warp_rows == 2 || c.warp_rows == 4) && (c.unroll == 1 || c.unroll == 2));
 }
@@ -309,7 +344,8 @@ void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const 
   }
   if (!decode_config_exists(config)) {
     throw InvalidArgument("[cuda matvec] no decode kernel with " + std::to_string(config.warp_rows) +
-                          " weight rows per warp and " + std::to_string(config.unroll) + " units per lane");
+                          " weight rows per warp and " + std::to_string(config.unroll) + " units per lane" +
+                          (config.pipelined ? ", pipelined" : ""));
   }
   bool ok = false;
   const bool typed = dispatch_type(type, [&]<typename T>() {
