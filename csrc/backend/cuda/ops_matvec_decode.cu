@@ -193,10 +193,8 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
       for (int j = 0; j < kWarpRows; ++j) cur[j] = next[j];
     }
   } else {
-    typename T::Unit unit[kUnroll][kWarpRows];
-    // Loads the batch of units base, base + 32, ... (kUnroll of them) of
-    // each weight row.
-    auto load_batch = [&](int base) {
+    for (int base = lane; base < n_units; base += 32 * kUnroll) {
+      typename T::Unit unit[kUnroll][kWarpRows];
 #pragma unroll
       for (int s = 0; s < kUnroll; ++s) {
         const int u = base + 32 * s;
@@ -205,11 +203,10 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
           for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
         }
       }
-    };
-    int base = lane;
-    load_batch(base);
-    wait_for_previous_kernel();
-    for (;;) {
+      // A lane's first batch: its weight loads are in flight. (Lanes past
+      // n_units read nothing but their warp's shuffles; lane 0 always waits
+      // before it stores.)
+      if (base == lane) wait_for_previous_kernel();
       // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
       for (int s = 0; s < kUnroll; ++s) {
@@ -222,9 +219,6 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
           }
         }
       }
-      base += 32 * kUnroll;
-      if (base >= n_units) break;
-      load_batch(base);
     }
   }
 #pragma unroll
