@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "core/error.h"
 
@@ -107,6 +108,7 @@ __global__ void __launch_bounds__(kThreads)
                              int head_dim_k, int head_dim_v, int window, float scale, const float* __restrict__ q,
                              size_t row0, float* __restrict__ part_ms, float* __restrict__ part_acc,
                              unsigned* __restrict__ done, float* __restrict__ out, QuantizedOut qo) {
+  dependent_launch_begin();
   constexpr int G = group_positions(NP);
   constexpr int kChunk = chunk_positions(NP);
   const int z = blockIdx.x, h = blockIdx.y;
@@ -319,22 +321,26 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
     const dim3 grid(kSplits, static_cast<unsigned>(n_head), rows);
     switch (np) {
       case 1:
-        attention_partial_kernel<1><<<grid, kThreads, 0, s>>>(kv, shape.n_layer, shape.layer, shape.ring, n_head,
+        launch_dependent(attention_partial_kernel<1>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
+            shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
                                                               part_ms, part_acc, done, out, qo);
         break;
       case 2:
-        attention_partial_kernel<2><<<grid, kThreads, 0, s>>>(kv, shape.n_layer, shape.layer, shape.ring, n_head,
+        launch_dependent(attention_partial_kernel<2>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
+            shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
                                                               part_ms, part_acc, done, out, qo);
         break;
       case 3:
-        attention_partial_kernel<3><<<grid, kThreads, 0, s>>>(kv, shape.n_layer, shape.layer, shape.ring, n_head,
+        launch_dependent(attention_partial_kernel<3>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
+            shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
                                                               part_ms, part_acc, done, out, qo);
         break;
       default:
-        attention_partial_kernel<4><<<grid, kThreads, 0, s>>>(kv, shape.n_layer, shape.layer, shape.ring, n_head,
+        launch_dependent(attention_partial_kernel<4>, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer,
+            shape.ring, n_head,
                                                               group, hd_k, hd_v, window, shape.scale, q, row0,
                                                               part_ms, part_acc, done, out, qo);
         break;

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
@@ -40,6 +41,7 @@ template <int kQuant>
 __global__ void __launch_bounds__(kNormMaxThreads)
     rms_norm_kernel(const float* x, const float* residual, float* sum_out, const float* weight, size_t width,
                     float eps, float* out, int8_t* q, float* d, float* s) {
+  dependent_launch_begin();
   const size_t row = blockIdx.x;
   const unsigned n = blockDim.x, t = threadIdx.x;
   const float* xr = x + row * width;
@@ -103,17 +105,20 @@ __global__ void __launch_bounds__(kNormMaxThreads)
 }
 
 __global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * width) return;
   dst[i] = a[i] + b[(i / width) * b_row_stride + i % width];
 }
 
 __global__ void scale_kernel(float* dst, const float* src, size_t count, float factor) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) dst[i] = src[i] * factor;
 }
 
 __global__ void softcap_kernel(float* dst, const float* src, size_t count, float cap) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) dst[i] = cap * tanhf(src[i] / cap);
 }
@@ -125,6 +130,7 @@ __global__ void softcap_kernel(float* dst, const float* src, size_t count, float
 template <int kQuant>
 __global__ void glu_kernel(int kind, float* dst, const float* gate, const float* up, size_t count, int8_t* q,
                            float* d, float* s) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float g = gate[i];
@@ -143,6 +149,7 @@ __global__ void glu_kernel(int kind, float* dst, const float* gate, const float*
 
 __global__ void slice_cols_kernel(float* dst, const float* src, size_t n, size_t src_cols, size_t offset,
                                   size_t dst_cols) {
+  dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * dst_cols) return;
   dst[i] = src[(i / dst_cols) * src_cols + offset + i % dst_cols];
@@ -180,6 +187,7 @@ __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* a, size_t n_heads_a, unsigned groups_a, float* b, size_t n_heads_b, size_t head_dim,
                 size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale,
                 RopeKvStore store) {
+  dependent_launch_begin();
   extern __shared__ float angles[];  // cos of the n_rot / 2 frequencies, then their sin
   const size_t row = blockIdx.x;
   const bool storing = store.kv.tables != nullptr;
@@ -229,6 +237,7 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 template <typename T>
 __global__ void get_rows_kernel(const uint8_t* w, size_t row_bytes, size_t k, const int32_t* ids, float* out) {
+  dependent_launch_begin();
   const size_t r = blockIdx.x;
   const uint8_t* wrow = w + static_cast<size_t>(ids[r]) * row_bytes;
   for (size_t e = threadIdx.x; e < k; e += blockDim.x) {
@@ -240,6 +249,7 @@ __global__ void get_rows_kernel(const uint8_t* w, size_t row_bytes, size_t k, co
 // conversions of a thread are independent, unrolled so their loads overlap.
 __global__ void write_kv_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k,
                                 size_t k_width, const float* v, size_t v_width) {
+  dependent_launch_begin();
   const size_t r = blockIdx.x;
   if (kv.writes[r] == 0) return;
   const bool value = blockIdx.y == 1;
@@ -252,6 +262,7 @@ __global__ void write_kv_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, boo
 }
 
 __global__ void gather_rows_kernel(const float* x, size_t width, const int32_t* ids, float* out) {
+  dependent_launch_begin();
   const size_t r = blockIdx.x;
   const float* src = x + static_cast<size_t>(ids[r]) * width;
   for (size_t i = threadIdx.x; i < width; i += blockDim.x) out[r * width + i] = src[i];
@@ -263,14 +274,16 @@ constexpr unsigned kThreads = 256;
 
 void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, float* out, void* stream) {
   if (n == 0) return;
-  gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, width, ids,
+  launch_dependent(gather_rows_kernel, static_cast<unsigned>(n), kThreads, 0, static_cast<cudaStream_t>(stream), x,
+      width, ids,
                                                                                                     out);
   check_launch("gather_rows");
 }
 
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
   if (n == 0) return;
-  rms_norm_kernel<0><<<static_cast<unsigned>(n), norm_threads(width), 0, static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(rms_norm_kernel<0>, static_cast<unsigned>(n), norm_threads(width), 0,
+      static_cast<cudaStream_t>(stream), 
       x, nullptr, nullptr, weight, width, eps, out, nullptr, nullptr, nullptr);
   check_launch("rms_norm");
 }
@@ -292,11 +305,12 @@ ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, cons
   const unsigned threads = norm_threads(width);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (format == ActivationFormat::Q8_1) {
-    rms_norm_kernel<2><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, q, d, s);
+    launch_dependent(rms_norm_kernel<2>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, q, d, s);
   } else if (format == ActivationFormat::Q8_0) {
-    rms_norm_kernel<1><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, q, d, nullptr);
+    launch_dependent(rms_norm_kernel<1>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, q, d, nullptr);
   } else {
-    rms_norm_kernel<0><<<grid, threads, 0, st>>>(a, b, sum_out, weight, width, eps, out, nullptr, nullptr, nullptr);
+    launch_dependent(rms_norm_kernel<0>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, nullptr,
+        nullptr, nullptr);
   }
   check_launch("add_rms_norm");
   return view;
@@ -314,10 +328,10 @@ ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n,
   float* s = const_cast<float*>(view.s);
   const unsigned threads = norm_threads(width);
   if (format == ActivationFormat::Q8_1) {
-    rms_norm_kernel<2><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_dependent(rms_norm_kernel<2>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), 
         x, nullptr, nullptr, weight, width, eps, out, q, d, s);
   } else {
-    rms_norm_kernel<1><<<static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_dependent(rms_norm_kernel<1>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), 
         x, nullptr, nullptr, weight, width, eps, out, q, d, nullptr);
   }
   check_launch("rms_norm_quantized");
@@ -326,28 +340,31 @@ ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n,
 
 void add(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride, void* stream) {
   if (n * width == 0) return;
-  add_kernel<<<ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, a, b, n, width,
+  launch_dependent(add_kernel, ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst, a,
+      b, n, width,
                                                                                                  b_row_stride);
   check_launch("add");
 }
 
 void scale(float* dst, const float* src, size_t count, float factor, void* stream) {
   if (count == 0) return;
-  scale_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, count,
+  launch_dependent(scale_kernel, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst, src,
+      count,
                                                                                                 factor);
   check_launch("scale");
 }
 
 void softcap(float* dst, const float* src, size_t count, float cap, void* stream) {
   if (count == 0) return;
-  softcap_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, count,
+  launch_dependent(softcap_kernel, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), dst,
+      src, count,
                                                                                                   cap);
   check_launch("softcap");
 }
 
 void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream) {
   if (count == 0) return;
-  glu_kernel<0><<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(glu_kernel<0>, ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), 
       static_cast<int>(kind), dst, gate, up, count, nullptr, nullptr, nullptr);
   check_launch("glu");
 }
@@ -365,10 +382,12 @@ ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const floa
   float* s = const_cast<float*>(view.s);
   const unsigned grid = ceil_div(count, kThreads);
   if (format == ActivationFormat::Q8_1) {
-    glu_kernel<2><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind), dst, gate, up,
+    launch_dependent(glu_kernel<2>, grid, kThreads, 0, static_cast<cudaStream_t>(stream), static_cast<int>(kind),
+        dst, gate, up,
                                                                            count, q, d, s);
   } else {
-    glu_kernel<1><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<int>(kind), dst, gate, up,
+    launch_dependent(glu_kernel<1>, grid, kThreads, 0, static_cast<cudaStream_t>(stream), static_cast<int>(kind),
+        dst, gate, up,
                                                                            count, q, d, nullptr);
   }
   check_launch("glu_quantized");
@@ -378,7 +397,7 @@ ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const floa
 void slice_cols(float* dst, const float* src, size_t n, size_t src_cols, size_t offset, size_t dst_cols,
                 void* stream) {
   if (n * dst_cols == 0) return;
-  slice_cols_kernel<<<ceil_div(n * dst_cols, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(slice_cols_kernel, ceil_div(n * dst_cols, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream), 
       dst, src, n, src_cols, offset, dst_cols);
   check_launch("slice_cols");
 }
@@ -393,7 +412,7 @@ void rope_pair(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t n_
   if (n_rows == 0 || n_heads_a + n_heads_b == 0 || n_rot == 0) return;
   const unsigned groups_a = ceil_div(n_heads_a, kRopeHeads), groups_b = ceil_div(n_heads_b, kRopeHeads);
   const dim3 grid(static_cast<unsigned>(n_rows), groups_a + groups_b);
-  rope_kernel<<<grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(rope_kernel, grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream), 
       a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale,
       RopeKvStore{});
   check_launch("rope");
@@ -416,7 +435,7 @@ void rope_pair_kv(float* a, size_t n_heads_a, float* b, size_t n_heads_b, size_t
   store.ring = ring;
   store.v = v;
   store.v_width = v_width;
-  rope_kernel<<<grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(rope_kernel, grid, kRopeThreads, n_rot * sizeof(float), static_cast<cudaStream_t>(stream), 
       a, n_heads_a, groups_a, b, n_heads_b, head_dim, n_rot, neox, positions, inv_freq, position_scale, store);
   check_launch("rope_pair_kv");
 }
@@ -425,7 +444,7 @@ void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_
   if (n_rows == 0) return;
   const size_t row_bytes = k / dtype_info(type).block_elems * dtype_info(type).block_bytes;
   const bool ok = dispatch_type(type, [&]<typename T>() {
-    get_rows_kernel<T><<<static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+    launch_dependent(get_rows_kernel<T>, static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream), 
         static_cast<const uint8_t*>(w), row_bytes, k, ids, out);
   });
   if (!ok) throw InternalError(std::string("[cuda get_rows] no kernel for type ") + dtype_info(type).name);
@@ -435,7 +454,8 @@ void get_rows(DType type, const void* w, size_t k, const int32_t* ids, size_t n_
 void write_kv(const KvRows& kv, uint32_t n_layer, uint32_t layer, bool ring, const float* k, size_t k_width,
               const float* v, size_t v_width, size_t n_rows, void* stream) {
   if (n_rows == 0) return;
-  write_kv_kernel<<<dim3(static_cast<unsigned>(n_rows), 2), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  launch_dependent(write_kv_kernel, dim3(static_cast<unsigned>(n_rows), 2), kThreads, 0,
+      static_cast<cudaStream_t>(stream), 
       kv, n_layer, layer, ring, k, k_width, v, v_width);
   check_launch("write_kv");
 }

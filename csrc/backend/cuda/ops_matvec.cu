@@ -10,6 +10,7 @@
 #include "backend/cuda/activation_rows.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
@@ -24,6 +25,7 @@ template <typename T, int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units, ActivationView x,
                   size_t n_rows, float* __restrict__ y, size_t ld_y) {
+  dependent_launch_begin();
   const size_t n = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (n >= n_out) return;
@@ -57,7 +59,8 @@ void launch_matvec(const void* w, size_t n_out, const ActivationView& x, size_t 
   const size_t row_bytes = k / T::kBlockElems * T::kBlockBytes;
   const int n_units = static_cast<int>(k / 32);
   const dim3 grid(ceil_div(n_out, kWarpsPerBlock), ceil_div(n_rows, kRows));
-  matvec_kernel<T, kRows><<<grid, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const uint8_t*>(w), row_bytes,
+  launch_dependent(matvec_kernel<T, kRows>, grid, kWarpsPerBlock * 32, 0, stream, static_cast<const uint8_t*>(w),
+      row_bytes,
                                                                      n_out, n_units, x, n_rows, y, ld_y);
   check_launch("matvec");
 }

@@ -28,6 +28,7 @@
 #include "backend/cuda/activation_rows.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
 
@@ -109,18 +110,6 @@ struct UnitLoader<TypeQ4_K, true> {
 template <typename T>
 constexpr bool kHasWideLoader = std::is_same_v<T, TypeQ4_0> || std::is_same_v<T, TypeQ4_K>;
 
-// Programmatic dependent launch (sm_90+): waits until the previous kernel
-// in the stream has completed and its writes are visible, then lets the
-// next kernel be scheduled (so at most one grid waits at a time). Both are
-// no-ops for a kernel launched without the programmatic serialization
-// attribute.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // Up to kMaxDecodeTargets matrices that read the same activations (a
 // layer's q, k and v; gate and up), launched as one grid: target p owns
 // blocks [first_block[p], first_block[p + 1]).
@@ -163,7 +152,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  // Nothing read before wait_for_previous_kernel() is written by an earlier
+  // Nothing read before dependent_launch_begin() is written by an earlier
   // kernel (weights are uploaded once), so under programmatic dependent
   // launch the first weight loads are in flight while the previous kernel
   // finishes; the activations are read only after the wait. Launched
@@ -177,7 +166,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
 #pragma unroll
       for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], lane, cur[j]);
     }
-    wait_for_previous_kernel();
+    dependent_launch_begin();
     for (int u = lane; u < n_units; u += 32) {
       if (u + 32 < n_units) {
 #pragma unroll
@@ -206,7 +195,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
       // A lane's first batch: its weight loads are in flight. (Lanes past
       // n_units read nothing but their warp's shuffles; lane 0 always waits
       // before it stores.)
-      if (base == lane) wait_for_previous_kernel();
+      if (base == lane) dependent_launch_begin();
       // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
       for (int s = 0; s < kUnroll; ++s) {
@@ -256,14 +245,14 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
     if (wide && aligned) {
-      matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, kPipe, true>
-          <<<blocks, kDecodeWarpsPerBlock * 32, 0, stream>>>(t, row_bytes, n_units, x);
+      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, kPipe, true>, blocks,
+                       kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x);
       launched = true;
     }
   }
   if (!launched) {
-    matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, kPipe, false>
-        <<<blocks, kDecodeWarpsPerBlock * 32, 0, stream>>>(t, row_bytes, n_units, x);
+    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, kPipe, false>, blocks,
+                     kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x);
   }
   check_launch("matvec (decode)");
 }

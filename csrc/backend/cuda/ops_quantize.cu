@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "core/error.h"
 
@@ -14,6 +15,7 @@ namespace {
 template <bool kWithSum>
 __global__ void quantize_q8_32(const float* __restrict__ x, size_t n_blocks_total, int8_t* __restrict__ q,
                                float* __restrict__ d, float* __restrict__ s) {
+  dependent_launch_begin();
   const size_t block = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (block >= n_blocks_total) return;
   quantize_block32<kWithSum>(x[block * 32 + threadIdx.x % 32], threadIdx.x % 32, block, q, d, s);
@@ -22,6 +24,7 @@ __global__ void quantize_q8_32(const float* __restrict__ x, size_t n_blocks_tota
 // One 256-thread block per 256-element super-block (Q8_K).
 __global__ void quantize_q8_k(const float* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ d,
                               int32_t* __restrict__ bsum) {
+  dependent_launch_begin();
   const size_t block = blockIdx.x;
   const int t = threadIdx.x;
   const float v = x[block * 256 + t];
@@ -131,7 +134,8 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
   const size_t elems = n_rows * k;
   if (format == ActivationFormat::Q8_K) {
     if (elems > 0) {
-      quantize_q8_k<<<static_cast<unsigned>(elems / 256), 256, 0, stream>>>(x, q, d, const_cast<int32_t*>(view.bsum));
+      launch_dependent(quantize_q8_k, static_cast<unsigned>(elems / 256), 256, 0, stream, x, q, d,
+          const_cast<int32_t*>(view.bsum));
     }
     check_launch("quantize_q8_k");
     return view;
@@ -139,9 +143,10 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
   const size_t n_blocks = elems / 32;
   const unsigned grid = ceil_div(n_blocks * 32, 256);
   if (format == ActivationFormat::Q8_1) {
-    if (n_blocks > 0) quantize_q8_32<true><<<grid, 256, 0, stream>>>(x, n_blocks, q, d, const_cast<float*>(view.s));
+    if (n_blocks > 0) launch_dependent(quantize_q8_32<true>, grid, 256, 0, stream, x, n_blocks, q, d,
+        const_cast<float*>(view.s));
   } else {
-    if (n_blocks > 0) quantize_q8_32<false><<<grid, 256, 0, stream>>>(x, n_blocks, q, d, nullptr);
+    if (n_blocks > 0) launch_dependent(quantize_q8_32<false>, grid, 256, 0, stream, x, n_blocks, q, d, nullptr);
   }
   check_launch("quantize_q8_32");
   return view;
