@@ -56,9 +56,8 @@ def test_a_matvec_row_is_bitwise_the_same_alone_in_any_group_and_in_prefill_tile
 
 
 # The decode kernel configs (csrc/backend/cuda/cuda_ops.h, DecodeConfig):
-# (weight rows per warp, units per lane in flight, pipelined).
-DECODE_CONFIGS = [(1, 1, False), (2, 1, False), (2, 2, False), (4, 1, False), (4, 2, False), (1, 1, True),
-                  (2, 1, True), (4, 1, True)]
+# (weight rows per warp, units per lane in flight).
+DECODE_CONFIGS = [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2)]
 # Row groups of a 9-row batch: every size 1..4, orders, a repeated row.
 DECODE_GROUPS = [[4], [8], [0, 7], [7, 0], [2, 5, 8], [8, 2, 5], [1, 3, 6, 0], [6, 0, 3, 1], [5, 5, 2, 5]]
 
@@ -80,12 +79,11 @@ def test_every_decode_config_gives_each_row_the_bits_of_the_prefill_tiles(qtype,
     x = rng.standard_normal((9, k)).astype(np.float32)
     tiles = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # 9 rows: a prefill tile of 8 and one of 1
     assert np.all(np.isfinite(tiles))
-    configs = [(0, 0, True, False)]
-    configs += [(wr, un, wide, pipe) for wr, un, pipe in DECODE_CONFIGS for wide in (True, False)]
-    for warp_rows, unroll, wide, pipe in configs:
+    configs = [(0, 0, True)] + [(wr, un, wide) for wr, un in DECODE_CONFIGS for wide in (True, False)]
+    for warp_rows, unroll, wide in configs:
         for group in DECODE_GROUPS:
-            y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]), warp_rows, unroll, wide, pipe)
-            assert np.array_equal(y, tiles[group]), (warp_rows, unroll, wide, pipe, group)
+            y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]), warp_rows, unroll, wide)
+            assert np.array_equal(y, tiles[group]), (warp_rows, unroll, wide, group)
 
 
 @pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.Q8_0, GT.F16], ids=lambda q: q.name)
@@ -134,8 +132,6 @@ def test_a_decode_config_that_does_not_exist_is_refused():
         t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 3, 1)
     with pytest.raises(ValueError, match="no decode kernel"):
         t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 1, 4)
-    with pytest.raises(ValueError, match="pipelined"):
-        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 2, 2, True, True)
     with pytest.raises(ValueError, match="1..4 rows"):
         t.cuda_matvec(id_of(GT.Q4_0), raw, 8, np.zeros((5, 64), np.float32), 2, 2)
 

@@ -78,9 +78,6 @@ struct DecodeConfig {
   int warp_rows = 1;
   int unroll = 1;
   bool wide = false;
-  // unroll 1 only: the next unit's loads are issued before this unit's dot
-  // products (ignored for float weights).
-  bool pipelined = false;
 };
 bool decode_config_exists(const DecodeConfig& config);
 

@@ -65,29 +65,29 @@ std::vector<T> download_ptr(const T* ptr, size_t count) {
 namespace {
 
 // Checks a matvec call's shapes and config (see cuda_testing.h).
-void check_matvec(DType type, size_t k, size_t n_rows, const cuda::DecodeConfig& config) {
+void check_matvec(DType type, size_t k, size_t n_rows, int warp_rows, int unroll, bool wide) {
   require_device();
   const DTypeInfo& info = dtype_info(type);
   if (k == 0 || k % 32 != 0 || k % info.block_elems != 0) {
     throw InvalidArgument("[cuda testing] matvec row length must be a multiple of 32 and of the block size");
   }
   if (n_rows == 0) throw InvalidArgument("[cuda testing] matvec needs at least one row");
-  if (config.warp_rows != 0) {
+  if (warp_rows != 0) {
     if (n_rows > 4) throw InvalidArgument("[cuda testing] a decode kernel config needs 1..4 rows");
-    if (!cuda::decode_config_exists(config)) {
-      throw InvalidArgument("[cuda testing] no decode kernel with warp_rows " + std::to_string(config.warp_rows) +
-                            " and unroll " + std::to_string(config.unroll) + (config.pipelined ? ", pipelined" : ""));
+    if (!cuda::decode_config_exists({warp_rows, unroll, wide})) {
+      throw InvalidArgument("[cuda testing] no decode kernel with warp_rows " + std::to_string(warp_rows) +
+                            " and unroll " + std::to_string(unroll));
     }
   }
 }
 
 void launch_matvec(DType type, const void* w, size_t n_out, const cuda::ActivationView& x, size_t n_rows, float* y,
-                   const cuda::DecodeConfig& config, void* stream) {
-  if (config.warp_rows == 0) {
+                   int warp_rows, int unroll, bool wide, void* stream) {
+  if (warp_rows == 0) {
     cuda::matvec(type, w, n_out, x, n_rows, y, n_out, stream);
   } else {
     const cuda::MatvecTarget target{w, n_out, y, n_out};
-    cuda::matvec_decode(type, &target, 1, x, n_rows, config, stream);
+    cuda::matvec_decode(type, &target, 1, x, n_rows, {warp_rows, unroll, wide}, stream);
   }
 }
 
@@ -113,9 +113,8 @@ struct EventPair {
 }  // namespace
 
 std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                          int warp_rows, int unroll, bool wide, bool pipelined) {
-  const cuda::DecodeConfig config{warp_rows, unroll, wide, pipelined};
-  check_matvec(type, k, n_rows, config);
+                          int warp_rows, int unroll, bool wide) {
+  check_matvec(type, k, n_rows, warp_rows, unroll, wide);
   const DTypeInfo& info = dtype_info(type);
   Stream stream;
   DeviceBuffer dw = upload(w, n_out * (k / info.block_elems) * info.block_bytes, "weights");
@@ -125,7 +124,7 @@ std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, 
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
   const cuda::ActivationView view =
       cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
-  launch_matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), config, stream.get());
+  launch_matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide, stream.get());
   stream.sync();
   return download<float>(dy, n_rows * n_out);
 }
@@ -133,7 +132,7 @@ std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, 
 std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<const uint8_t*>& ws,
                                                const std::vector<size_t>& n_outs, size_t k, const float* x,
                                                size_t n_rows) {
-  check_matvec(type, k, n_rows, cuda::DecodeConfig{0, 0, true, false});
+  check_matvec(type, k, n_rows, 0, 0, true);
   if (ws.size() != n_outs.size() || ws.empty() || ws.size() > cuda::kMaxDecodeTargets) {
     throw InvalidArgument("[cuda testing] matvec_targets: 1.." + std::to_string(cuda::kMaxDecodeTargets) +
                           " matrices, one n_out each");
@@ -160,9 +159,8 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
 }
 
 double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                   int warp_rows, int unroll, bool wide, bool pipelined, int reps) {
-  const cuda::DecodeConfig config{warp_rows, unroll, wide, pipelined};
-  check_matvec(type, k, n_rows, config);
+                   int warp_rows, int unroll, bool wide, int reps) {
+  check_matvec(type, k, n_rows, warp_rows, unroll, wide);
   if (reps <= 0 || n_out == 0) throw InvalidArgument("[cuda testing] time_matvec: n_out and reps must be positive");
   const DTypeInfo& info = dtype_info(type);
   const size_t bytes = n_out * (k / info.block_elems) * info.block_bytes;
@@ -184,7 +182,8 @@ double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const f
   const cuda::ActivationView view =
       cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
   auto launch = [&](size_t i) {
-    launch_matvec(type, weights[i % copies].get(), n_out, view, n_rows, dy.as<float>(), config, stream.get());
+    launch_matvec(type, weights[i % copies].get(), n_out, view, n_rows, dy.as<float>(), warp_rows, unroll, wide,
+                  stream.get());
   };
   launch(copies - 1);  // warm-up
   EventPair events;

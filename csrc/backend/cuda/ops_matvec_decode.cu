@@ -124,7 +124,7 @@ struct DecodeTargets {
 // Warp g of a target owns its weight rows [g * kWarpRows, (g + 1) *
 // kWarpRows) for all kRows rows of x. Weight rows past n_out (the target's
 // last warp's) read the last row and store nothing.
-template <typename T, int kRows, int kWarpRows, int kUnroll, bool kPipe, bool kWide>
+template <typename T, int kRows, int kWarpRows, int kUnroll, bool kWide>
 __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
     matvec_decode_kernel(DecodeTargets targets, size_t row_bytes, int n_units, ActivationView x) {
   // The block's target, by selects (a dynamic index into the parameter
@@ -154,58 +154,31 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
   }
   // Nothing read before dependent_launch_begin() is written by an earlier
   // kernel (weights are uploaded once), so under programmatic dependent
-  // launch the first weight loads are in flight while the previous kernel
-  // finishes; the activations are read only after the wait. Launched
-  // normally, the wait and the trigger return at once.
-  if constexpr (kPipe) {
-    // One unit per weight row at a time, the next one's loads issued before
-    // this one's dot products, so a warp always has loads in flight.
-    static_assert(kUnroll == 1, "the pipeline holds one unit per weight row per stage");
-    typename T::Unit cur[kWarpRows], next[kWarpRows];
-    if (lane < n_units) {
+  // launch a lane's first weight loads are in flight while the previous
+  // kernel finishes; the activations are read only after the wait. Launched
+  // normally, the wait and the trigger return at once. A lane without units
+  // (short rows) has nothing to load first.
+  if (lane >= n_units) dependent_launch_begin();
+  for (int base = lane; base < n_units; base += 32 * kUnroll) {
+    typename T::Unit unit[kUnroll][kWarpRows];
 #pragma unroll
-      for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], lane, cur[j]);
+    for (int s = 0; s < kUnroll; ++s) {
+      const int u = base + 32 * s;
+      if (u < n_units) {
+#pragma unroll
+        for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
+      }
     }
-    dependent_launch_begin();
-    for (int u = lane; u < n_units; u += 32) {
-      if (u + 32 < n_units) {
+    if (base == lane) dependent_launch_begin();
+    // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
-        for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u + 32, next[j]);
-      }
-      // Units in increasing order per output, as the prefill kernel sums them.
+    for (int s = 0; s < kUnroll; ++s) {
+      const int u = base + 32 * s;
+      if (u < n_units) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+        for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-        for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(cur[j], act[r], u);
-      }
-#pragma unroll
-      for (int j = 0; j < kWarpRows; ++j) cur[j] = next[j];
-    }
-  } else {
-    for (int base = lane; base < n_units; base += 32 * kUnroll) {
-      typename T::Unit unit[kUnroll][kWarpRows];
-#pragma unroll
-      for (int s = 0; s < kUnroll; ++s) {
-        const int u = base + 32 * s;
-        if (u < n_units) {
-#pragma unroll
-          for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
-        }
-      }
-      // A lane's first batch: its weight loads are in flight. (Lanes past
-      // n_units read nothing but their warp's shuffles; lane 0 always waits
-      // before it stores.)
-      if (base == lane) dependent_launch_begin();
-      // Units in increasing order per output, as the prefill kernel sums them.
-#pragma unroll
-      for (int s = 0; s < kUnroll; ++s) {
-        const int u = base + 32 * s;
-        if (u < n_units) {
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-            for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(unit[s][j], act[r], u);
-          }
+          for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(unit[s][j], act[r], u);
         }
       }
     }
@@ -220,7 +193,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
   }
 }
 
-template <typename T, int kRows, int kWarpRows, int kUnroll, bool kPipe = false>
+template <typename T, int kRows, int kWarpRows, int kUnroll>
 void launch_decode(const MatvecTarget* targets, size_t count, const ActivationView& x, bool wide,
                    cudaStream_t stream) {
   const size_t k = x.k;
@@ -245,13 +218,13 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
     if (wide && aligned) {
-      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, kPipe, true>, blocks,
+      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>, blocks,
                        kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x);
       launched = true;
     }
   }
   if (!launched) {
-    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, kPipe, false>, blocks,
+    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>, blocks,
                      kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x);
   }
   check_launch("matvec (decode)");
@@ -261,20 +234,12 @@ template <typename T, int kRows>
 bool launch_config(const DecodeConfig& c, const MatvecTarget* targets, size_t count, const ActivationView& x,
                    cudaStream_t stream) {
   if (!decode_config_exists(c)) return false;
-  if (c.warp_rows == 1 && !c.pipelined) {
+  if (c.warp_rows == 1) {
     launch_decode<T, kRows, 1, 1>(targets, count, x, c.wide, stream);
   } else if constexpr (T::kFormat == ActivationFormat::F32) {
     // A float unit is 32 registers: the larger configs would spill, so
-    // float weights hold two units per lane at most (no pipeline either).
+    // float weights hold two units per lane at most.
     launch_decode<T, kRows, 2, 1>(targets, count, x, c.wide, stream);
-  } else if (c.pipelined) {
-    if (c.warp_rows == 1) {
-      launch_decode<T, kRows, 1, 1, true>(targets, count, x, c.wide, stream);
-    } else if (c.warp_rows == 2) {
-      launch_decode<T, kRows, 2, 1, true>(targets, count, x, c.wide, stream);
-    } else {
-      launch_decode<T, kRows, 4, 1, true>(targets, count, x, c.wide, stream);
-    }
   } else if (c.warp_rows == 2 && c.unroll == 1) {
     launch_decode<T, kRows, 2, 1>(targets, count, x, c.wide, stream);
   } else if (c.warp_rows == 2) {
@@ -290,7 +255,6 @@ bool launch_config(const DecodeConfig& c, const MatvecTarget* targets, size_t co
 }  // namespace
 
 bool decode_config_exists(const DecodeConfig& c) {
-  if (c.pipelined) return (c.warp_rows == 1 || c.warp_rows == 2 || c.warp_rows == 4) && c.unroll == 1;
   return (c.warp_rows == 1 && c.unroll == 1) ||
          ((c.warp_rows == 2 || c.warp_rows == 4) && (c.unroll == 1 || c.unroll == 2));
 }
@@ -327,8 +291,7 @@ void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const 
   }
   if (!decode_config_exists(config)) {
     throw InvalidArgument("[cuda matvec] no decode kernel with " + std::to_string(config.warp_rows) +
-                          " weight rows per warp and " + std::to_string(config.unroll) + " units per lane" +
-                          (config.pipelined ? ", pipelined" : ""));
+                          " weight rows per warp and " + std::to_string(config.unroll) + " units per lane");
   }
   bool ok = false;
   const bool typed = dispatch_type(type, [&]<typename T>() {
