@@ -123,6 +123,20 @@ std::vector<float> attention(const AttentionCase& c);
 // each with the KV evicted from L2 first (for benchmarks/bench_cuda_attention.py).
 double attention_time_us(const AttentionCase& c, int reps);
 
+// The tensor-core GEMM's checks (tests/cuda/test_cuda_ops.py) and timing
+// (benchmarks/bench_cuda_gemm.py). matvec_groups: matvec's product with the
+// rows sent as consecutive groups of group_rows (1..4) rows, one matvec call
+// (a decode group) each. gemm_mma: the product through the tensor-core GEMM
+// itself at any row count (types and matrices it refuses throw
+// InvalidArgument). matvec_time_us: mean microseconds of matvec's one call
+// (group_rows 0) or of the groups, over `reps` back-to-back runs on one
+// stream with the activations already quantized.
+std::vector<float> matvec_groups(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                                 size_t group_rows);
+std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
+double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                      size_t group_rows, int reps);
+
 // Device memory free right now (bytes).
 size_t device_free_bytes();
 

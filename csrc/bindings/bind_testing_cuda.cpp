@@ -400,6 +400,51 @@ void bind_testing_cuda(nb::module_& m) {
       nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
       nb::arg("n_head_kv"), nb::arg("reps") = 20,
       "Mean microseconds of one attention launch (global layout) with the KV evicted from L2 before each.");
+  m.def(
+      "cuda_matvec_groups",
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, size_t group_rows) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        check_weight_bytes(type, k, n_out, w.shape(0));
+        std::vector<float> y;
+        {
+          nb::gil_scoped_release release;
+          y = cuda_testing::matvec_groups(type, w.data(), n_out, k, x.data(), n_rows, group_rows);
+        }
+        return to_numpy(std::move(y), {n_rows, n_out});
+      },
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("group_rows"),
+      "cuda_matvec with the rows sent as consecutive groups of group_rows (1..4) rows, one matvec call "
+      "(a decode group) each.");
+  m.def(
+      "cuda_gemm_mma",
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        check_weight_bytes(type, k, n_out, w.shape(0));
+        std::vector<float> y;
+        {
+          nb::gil_scoped_release release;
+          y = cuda_testing::gemm_mma(type, w.data(), n_out, k, x.data(), n_rows);
+        }
+        return to_numpy(std::move(y), {n_rows, n_out});
+      },
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"),
+      "cuda_matvec through the int8 tensor-core GEMM itself, at any row count (Q4_0, Q4_1, Q5_0, Q5_1, "
+      "Q8_0; other types, and matrices not starting and ending 4-byte aligned, raise ValueError).");
+  m.def(
+      "cuda_matvec_time_us",
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, size_t group_rows, int reps) {
+        const DType type = dtype_of(type_id);
+        const size_t n_rows = x.shape(0), k = x.shape(1);
+        check_weight_bytes(type, k, n_out, w.shape(0));
+        nb::gil_scoped_release release;
+        return cuda_testing::matvec_time_us(type, w.data(), n_out, k, x.data(), n_rows, group_rows, reps);
+      },
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("group_rows") = 0,
+      nb::arg("reps") = 20,
+      "Mean microseconds of cuda_matvec's one call (group_rows 0: the tensor-core GEMM from 41 rows on for its "
+      "types) or of cuda_matvec_groups, over `reps` back-to-back runs, activations already quantized.");
 }
 
 }  // namespace muser::bindings

@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType as GT
 
 from muser._core import _testing as t
-from tests.backend.kernel_cases import ALL_TYPES, block_geometry, id_of, random_matrix
+from tests.backend.kernel_cases import ALL_TYPES, block_geometry, id_of, random_matrix, random_row
 
 # Float accumulation order differs from the scalar kernels (lanes, then a
 # butterfly), the integer parts are exact: relative to sum |w_i x_i|.
@@ -540,3 +540,117 @@ def test_the_attention_timer_measures_the_launch_and_repeats_its_bits():
     assert 0.0 < us < 10_000.0
     with pytest.raises(ValueError):
         t.cuda_time_attention(k, v, q, [4095, 140, 0, 1000], 32, 8, 0)
+
+
+GEMM_TYPES = [GT.Q4_0, GT.Q8_0, GT.Q4_1, GT.Q5_0, GT.Q5_1]
+# (rows, n_out, k): llama3-8b's q/o (4096x4096), its FFN down (k 14336, 14 units
+# per lane class), smollm2's shapes (k 576: 18 units, so lane classes without
+# units), outputs not a multiple of the 64-wide tile, rows not a multiple of 64;
+# every walk of the kernel (units per lane class 1, 2, 3-4 and 5-8, 9-16 padded
+# to whole stages).
+GEMM_SHAPES = [(5, 576, 1536), (16, 1536, 576), (17, 100, 4096), (64, 4096, 4096), (100, 1000, 1536),
+               (130, 4096, 14336), (512, 4096, 4096), (20, 96, 3072), (9, 200, 5120), (33, 64, 9216),
+               (6, 40, 1024)]
+GEMM_LARGE = [(512, 4096, 14336)]
+
+
+def _gemm_case(qtype: GT, shape: tuple[int, int, int], seed: int):
+    n_rows, n_out, k = shape
+    rng = np.random.default_rng(seed)
+    raw = random_row(qtype, n_out * k, rng)  # rows back to back: one long row of blocks
+    x = (rng.standard_normal((n_rows, k)) * rng.uniform(0.1, 4.0, (n_rows, 1))).astype(np.float32)
+    return raw, x
+
+
+def _dequantized_reference(qtype: GT, raw: np.ndarray, n_out: int, x: np.ndarray):
+    """x @ W.T in float64 on the quantized activations the GPU multiplies, and
+    the tolerance for the kernel's float32 scaling (plus, for Q4_1/Q5_1, the
+    fp16 rounding of the activation block sums s)."""
+    n_rows, k = x.shape
+    fmt = "Q8_1" if qtype in (GT.Q4_1, GT.Q5_1) else "Q8_0"
+    q, d, s, _ = t.cuda_quantize(fmt, x)
+    xq = (q.reshape(n_rows, k // 32, 32).astype(np.float64) * d.reshape(n_rows, k // 32, 1)).reshape(n_rows, k)
+    w = t.dequantize(id_of(qtype), raw, k * n_out).reshape(n_out, k).astype(np.float64)
+    ref = xq @ w.T
+    tol = 1e-5 * (np.abs(xq) @ np.abs(w).T) + 1e-30
+    if fmt == "Q8_1":
+        _, nbytes = block_geometry(qtype)
+        m = raw.reshape(-1, nbytes)[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(n_out, k // 32)
+        tol += 2.0 ** -10 * (np.abs(s.reshape(n_rows, k // 32).astype(np.float64)) @ np.abs(m).T)
+    return ref, tol
+
+
+def _check_gemm(qtype: GT, shape: tuple[int, int, int], seed: int) -> None:
+    n_rows, n_out, k = shape
+    raw, x = _gemm_case(qtype, shape, seed)
+    gemm = t.cuda_gemm_mma(id_of(qtype), raw, n_out, x)
+    dispatched = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # the GEMM from 41 rows, else the tiles
+    alone = t.cuda_matvec_groups(id_of(qtype), raw, n_out, x, 1)
+    for r in range(n_rows):
+        assert gemm[r].tobytes() == alone[r].tobytes(), (r, np.flatnonzero(gemm[r] != alone[r])[:8])
+    assert dispatched.tobytes() == gemm.tobytes()
+    groups = t.cuda_matvec_groups(id_of(qtype), raw, n_out, x, 4)
+    assert groups.tobytes() == gemm.tobytes()
+    # The float reference on at most 64 of the rows (every row is checked
+    # bitwise above; a float64 product of 512 x 4096 x 14336 is slow).
+    sel = np.arange(0, n_rows, max(1, n_rows // 64))
+    ref, tol = _dequantized_reference(qtype, raw, n_out, np.ascontiguousarray(x[sel]))
+    err = np.abs(gemm[sel].astype(np.float64) - ref)
+    assert np.all(err <= tol), float(np.max(err / tol))
+
+
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=lambda s: f"rows{s[0]}-{s[1]}x{s[2]}")
+@pytest.mark.parametrize("qtype", GEMM_TYPES, ids=lambda q: q.name)
+def test_the_tensor_core_gemm_is_bitwise_the_matvec_row_by_row(qtype, shape):
+    _check_gemm(qtype, shape, seed=shape[0] * 31 + shape[1] + id_of(qtype))
+
+
+@pytest.mark.parametrize("shape", GEMM_LARGE, ids=lambda s: f"rows{s[0]}-{s[1]}x{s[2]}")
+@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q8_0], ids=lambda q: q.name)
+def test_the_tensor_core_gemm_on_a_full_prefill_chunk_of_the_ffn_down(qtype, shape):
+    _check_gemm(qtype, shape, seed=3 + id_of(qtype))
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 4, 63, 65])
+def test_the_gemm_at_decode_row_counts_and_tile_edges(n_rows):
+    # Any row count gives the matvec's bits; 1..4 never reach it through matvec().
+    raw, x = _gemm_case(GT.Q4_0, (n_rows, 72, 1024), seed=n_rows)
+    gemm = t.cuda_gemm_mma(id_of(GT.Q4_0), raw, 72, x)
+    assert gemm.tobytes() == t.cuda_matvec_groups(id_of(GT.Q4_0), raw, 72, x, 1).tobytes()
+
+
+def test_the_gemm_keeps_infinities_and_extreme_blocks_like_the_matvec():
+    # Q8_0 blocks of all -128 against activation blocks at +-127 (the largest
+    # block sums, 2^19 in magnitude) and a huge scale that overflows to inf in
+    # some products: the same bits (inf, -inf, nan) as the matvec.
+    rng = np.random.default_rng(11)
+    n_out, k, n_rows = 64, 2048, 9
+    blocks = rng.integers(0, 256, size=(n_out * k // 32, 34), dtype=np.uint8)
+    blocks[::7, 2:] = 0x80
+    d = rng.uniform(-0.05, 0.05, n_out * k // 32).astype(np.float16)
+    d[::13] = np.float16(60000.0)
+    blocks[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
+    raw = blocks.reshape(-1)
+    x = rng.standard_normal((n_rows, k)).astype(np.float32)
+    x[2] = np.sign(x[2]) * 1e30
+    gemm = t.cuda_gemm_mma(id_of(GT.Q8_0), raw, n_out, x)
+    alone = t.cuda_matvec_groups(id_of(GT.Q8_0), raw, n_out, x, 1)
+    assert gemm.tobytes() == alone.tobytes()
+    assert not np.all(np.isfinite(gemm[2]))
+
+
+def test_a_matrix_ending_off_a_4_byte_boundary_takes_the_matvec_tiles():
+    # 37 rows of 33 Q4_0 blocks end 2 bytes past a word: the GEMM copies whole
+    # words, so matvec() keeps such a matrix on the tiles (same bits), and the
+    # GEMM itself refuses it.
+    raw, x = _gemm_case(GT.Q4_0, (9, 37, 33 * 32), seed=4)
+    y = t.cuda_matvec(id_of(GT.Q4_0), raw, 37, x)
+    assert y.tobytes() == t.cuda_matvec_groups(id_of(GT.Q4_0), raw, 37, x, 1).tobytes()
+    with pytest.raises(ValueError, match="refused"):
+        t.cuda_gemm_mma(id_of(GT.Q4_0), raw, 37, x)
+
+
+def test_the_gemm_refuses_types_without_a_kernel():
+    raw, x = _gemm_case(GT.Q4_K, (8, 16, 256), seed=0)
+    with pytest.raises(ValueError, match="no tensor-core GEMM"):
+        t.cuda_gemm_mma(id_of(GT.Q4_K), raw, 16, x)

@@ -220,4 +220,27 @@ ActivationView attention_quantized(const KvRows& kv, const AttentionShape& shape
                                    float* out, void* scratch, ActivationFormat format, void* q_scratch,
                                    void* stream);
 
+// The tensor-core GEMM of prefill (ops_gemm_mma.cu). matvec hands calls of
+// kGemmMinRows rows or more to gemm_mma, which takes Q4_0, Q4_1, Q5_0, Q5_1
+// and Q8_0 weights; other types and refused matrices run matvec's tiles of
+// kPrefillTileRows. Both give a row the same bits.
+//
+// Rows from which matvec takes the GEMM. A launch of up to 64 rows costs
+// the GEMM about the same (one row tile; on the H200 about 24 ms over
+// llama3-8b's 32 layers of Q4_0 matrices), the tiles one pass over the
+// weights per 8 rows (about 4.7 ms each): the tiles are faster up to 5
+// passes (40 rows), the GEMM from 41 rows on (and 3.5x at 512 rows).
+constexpr size_t kGemmMinRows = 41;
+
+// Weight types with an int8 tensor-core GEMM (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+bool has_gemm_mma(DType type);
+
+// What matvec computes, on the tensor cores: every output bitwise the matvec
+// kernel's for the same row, at any n_rows. Launches and returns true for
+// types with has_gemm_mma whose weights start and end 4-byte aligned and
+// whose activation quants are 16-byte aligned; false (nothing enqueued)
+// otherwise.
+bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+              size_t ld_y, void* stream);
+
 }  // namespace muser::cuda

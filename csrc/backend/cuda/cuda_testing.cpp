@@ -596,6 +596,105 @@ double attention_time_us(const AttentionCase& c, int reps) {
   return us;
 }
 
+namespace {
+
+// Rows [r0, ...) of an activation view (pointers moved by r0 rows).
+cuda::ActivationView view_from_row(const cuda::ActivationView& v, size_t r0) {
+  cuda::ActivationView out = v;
+  const size_t k = v.k;
+  if (out.q != nullptr) out.q += r0 * k;
+  if (out.d != nullptr) out.d += r0 * (k / activation_block_elems(v.format));
+  if (out.s != nullptr) out.s += r0 * (k / 32);
+  if (out.bsum != nullptr) out.bsum += r0 * (k / 16);
+  if (out.f != nullptr) out.f += r0 * k;
+  return out;
+}
+
+enum class MatmulPath { Matvec, Gemm };
+
+// x (n_rows, k) times W through one matvec call (group_rows 0), one call per
+// consecutive group of group_rows rows, or the GEMM. With `us`: also times
+// `reps` more runs after the first and stores the mean microseconds per run.
+std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, size_t n_out, size_t k, const float* x,
+                              size_t n_rows, size_t group_rows, int reps = 0, double* us = nullptr) {
+  require_device();
+  const DTypeInfo& info = dtype_info(type);
+  if (k == 0 || k % 32 != 0 || k % info.block_elems != 0) {
+    throw InvalidArgument("[cuda testing] matvec row length must be a multiple of 32 and of the block size");
+  }
+  if (group_rows > 4) throw InvalidArgument("[cuda testing] matvec groups hold 1..4 rows (0: all rows at once)");
+  if (path == MatmulPath::Gemm && !cuda::has_gemm_mma(type)) {
+    throw InvalidArgument(std::string("[cuda testing] no tensor-core GEMM for ") + info.name);
+  }
+  Stream stream;
+  DeviceBuffer dw = upload(w, n_out * (k / info.block_elems) * info.block_bytes, "weights");
+  DeviceBuffer dx = upload(x, n_rows * k, "x");
+  const ActivationFormat format = activation_format(type);
+  DeviceBuffer scratch(cuda::activation_bytes(format, n_rows, k), "activations");
+  DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
+  const cuda::ActivationView view =
+      cuda::quantize_activations(format, dx.as<float>(), n_rows, k, scratch.get(), stream.get());
+  auto run = [&] {
+    if (path == MatmulPath::Gemm) {
+      if (!cuda::gemm_mma(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get())) {
+        throw InvalidArgument(
+            "[cuda testing] the tensor-core GEMM refused this matrix (it must start and end 4-byte aligned)");
+      }
+    } else if (group_rows == 0) {
+      cuda::matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get());
+    } else {
+      for (size_t r0 = 0; r0 < n_rows; r0 += group_rows) {
+        const size_t rows = std::min(group_rows, n_rows - r0);
+        cuda::matvec(type, dw.get(), n_out, view_from_row(view, r0), rows, dy.as<float>() + r0 * n_out, n_out,
+                     stream.get());
+      }
+    }
+  };
+  run();
+  stream.sync();
+  if (us != nullptr) {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    const cudaError_t created = cudaEventCreate(&stop);
+    if (created != cudaSuccess) {
+      cudaEventDestroy(start);
+      cuda::check_cuda(created, "cudaEventCreate");
+    }
+    cudaStream_t s = static_cast<cudaStream_t>(stream.get());
+    cudaError_t status = cudaEventRecord(start, s);
+    for (int i = 0; i < reps && status == cudaSuccess; ++i) run();
+    if (status == cudaSuccess) status = cudaEventRecord(stop, s);
+    if (status == cudaSuccess) status = cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    if (status == cudaSuccess) status = cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cuda::check_cuda(status, "time matvec");
+    *us = 1000.0 * ms / reps;
+  }
+  return download<float>(dy, n_rows * n_out);
+}
+
+}  // namespace
+
+std::vector<float> matvec_groups(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                                 size_t group_rows) {
+  if (group_rows == 0) throw InvalidArgument("[cuda testing] matvec_groups: groups of 1..4 rows");
+  return run_matmul(MatmulPath::Matvec, type, w, n_out, k, x, n_rows, group_rows);
+}
+
+std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows) {
+  return run_matmul(MatmulPath::Gemm, type, w, n_out, k, x, n_rows, 0);
+}
+
+double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                      size_t group_rows, int reps) {
+  if (reps <= 0) throw InvalidArgument("[cuda testing] matvec_time_us: reps must be positive");
+  double us = 0.0;
+  run_matmul(MatmulPath::Matvec, type, w, n_out, k, x, n_rows, group_rows, reps, &us);
+  return us;
+}
+
 size_t device_free_bytes() {
   require_device();
   size_t free_bytes = 0, total_bytes = 0;

@@ -85,13 +85,15 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
   if (n_rows == 0 || n_out == 0) return;
   check_matvec_input(type, x);
   // Decode groups (1..4 rows) have their own kernels (ops_matvec_decode.cu),
-  // which compute every output as this one does; longer batches walk tiles
+  // which compute every output as this one does; from kGemmMinRows rows the
+  // tensor-core GEMM (ops_gemm_mma.cu) takes its types; the rest walk tiles
   // of kPrefillTileRows.
   if (n_rows <= 4) {
     const MatvecTarget target{w, n_out, y, ld_y};
     matvec_decode(type, &target, 1, x, n_rows, decode_config(type, n_out, n_rows), stream_ptr);
     return;
   }
+  if (n_rows >= kGemmMinRows && gemm_mma(type, w, n_out, x, n_rows, y, ld_y, stream)) return;
   const bool ok = dispatch_type(type, [&]<typename T>() {
     launch_matvec<T, kPrefillTileRows>(w, n_out, x, n_rows, y, ld_y, stream);
   });

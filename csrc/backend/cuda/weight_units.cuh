@@ -6,9 +6,15 @@
 //   T::kBlockElems, T::kBlockBytes, T::kFormat (its activation format)
 //   T::Unit               the unit's integer quants (8 words of 4 int8) and scales
 //   T::load(row, u, unit) decodes unit u of a weight row
+//                         (32-element types: load_block(block, unit), the same
+//                         from the block's address)
 //   T::dot(unit, act, r, u) the unit's contribution to row r's dot product:
 //                         integer sums (exact, any order) times float scales
 //   T::dequant(row, u, j) element j of unit u as the reference dequantizes it
+// The 32-element types also have T::kHasMin (a weight min times the Q8_1 s)
+// and T::scale_sum(sumf, wd, wm, ad, as), the float part of T::dot on the
+// exact block sum: the tensor-core GEMM (ops_gemm_mma.cu) calls it too, so
+// both kernels round every term alike.
 //
 // Layouts follow tensor/quant_blocks.h; comments there give the bit layout.
 #pragma once
@@ -53,9 +59,10 @@ __device__ __forceinline__ int spread_bit4(uint32_t bits) {
 struct TypeQ4_0 {
   static constexpr int kBlockElems = 32, kBlockBytes = 18, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
+  static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -69,7 +76,10 @@ struct TypeQ4_0 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]);
+    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
+    return sumf * (wd * ad);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -82,9 +92,10 @@ struct TypeQ4_0 {
 struct TypeQ4_1 {
   static constexpr int kBlockElems = 32, kBlockBytes = 20, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_1;
+  static constexpr bool kHasMin = true;
   struct Unit { int q[8]; float d, m; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
     w.m = f16_bits_to_f32(load_u16(b + 2));
 #pragma unroll
@@ -98,7 +109,10 @@ struct TypeQ4_1 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]) + w.m * a.s[u];
+    return scale_sum(static_cast<float>(sumi), w.d, w.m, a.d[u], a.s[u]);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float wm, float ad, float as) {
+    return sumf * (wd * ad) + wm * as;
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -111,9 +125,10 @@ struct TypeQ4_1 {
 struct TypeQ5_0 {
   static constexpr int kBlockElems = 32, kBlockBytes = 22, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
+  static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
     const uint32_t qh = load_u32_a2(b + 2);
 #pragma unroll
@@ -129,7 +144,10 @@ struct TypeQ5_0 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]);
+    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
+    return sumf * (wd * ad);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -143,9 +161,10 @@ struct TypeQ5_0 {
 struct TypeQ5_1 {
   static constexpr int kBlockElems = 32, kBlockBytes = 24, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_1;
+  static constexpr bool kHasMin = true;
   struct Unit { int q[8]; float d, m; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
     w.m = f16_bits_to_f32(load_u16(b + 2));
     const uint32_t qh = load_u32_a4(b + 4);
@@ -160,7 +179,10 @@ struct TypeQ5_1 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]) + w.m * a.s[u];
+    return scale_sum(static_cast<float>(sumi), w.d, w.m, a.d[u], a.s[u]);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float wm, float ad, float as) {
+    return sumf * (wd * ad) + wm * as;
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -174,9 +196,10 @@ struct TypeQ5_1 {
 struct TypeQ8_0 {
   static constexpr int kBlockElems = 32, kBlockBytes = 34, kUnitsPerBlock = 1;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_0;
+  static constexpr bool kHasMin = false;
   struct Unit { int q[8]; float d; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * u;
+  __device__ static void load(const uint8_t* row, int u, Unit& w) { load_block(row + kBlockBytes * u, w); }
+  __device__ static void load_block(const uint8_t* b, Unit& w) {
     w.d = f16_bits_to_f32(load_u16(b));
 #pragma unroll
     for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>(load_u32_a2(b + 2 + 4 * i));
@@ -185,7 +208,10 @@ struct TypeQ8_0 {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return static_cast<float>(sumi) * (w.d * a.d[u]);
+    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+  }
+  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
+    return sumf * (wd * ad);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
