@@ -58,6 +58,10 @@ std::vector<float> rope_pair(const float*, size_t, const float*, size_t, size_t,
 }
 std::vector<float> attention(const AttentionCase&) { unavailable("attention"); }
 double attention_time_us(const AttentionCase&, int) { unavailable("attention_time_us"); }
+void attention_on_shared_scratch(const AttentionCase&, const std::vector<size_t>&) {
+  unavailable("attention_on_shared_scratch");
+}
+NormQuantized attention_quantized(const AttentionCase&, ActivationFormat) { unavailable("attention_quantized"); }
 size_t device_free_bytes() { unavailable("device_free_bytes"); }
 DeviceMemoryHold::DeviceMemoryHold(size_t) { unavailable("DeviceMemoryHold"); }
 void DeviceMemoryHold::release() noexcept {}
