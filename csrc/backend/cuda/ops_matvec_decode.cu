@@ -152,10 +152,15 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  typename T::Unit unit[kUnroll][kWarpRows];
-  // Loads the batch of units base, base + 32, ... (kUnroll of them) of
-  // each weight row.
-  auto load_batch = [&](int base) {
+  // Nothing read before dependent_launch_begin() is written by an earlier
+  // kernel (weights are uploaded once), so under programmatic dependent
+  // launch a lane's first weight loads are in flight while the previous
+  // kernel finishes; the activations are read only after the wait. Launched
+  // normally, the wait and the trigger return at once. A lane without units
+  // (short rows) has nothing to load first.
+  if (lane >= n_units) dependent_launch_begin();
+  for (int base = lane; base < n_units; base += 32 * kUnroll) {
+    typename T::Unit unit[kUnroll][kWarpRows];
 #pragma unroll
     for (int s = 0; s < kUnroll; ++s) {
       const int u = base + 32 * s;
@@ -164,16 +169,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
         for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
       }
     }
-  };
-  int base = lane;
-  load_batch(base);
-  // Nothing above reads what an earlier kernel writes (weights are
-  // uploaded once), so under programmatic dependent launch the first
-  // batch's weight loads are in flight while the previous kernel finishes;
-  // the activations are read only after this wait. Launched normally, the
-  // wait and the trigger return at once.
-  dependent_launch_begin();
-  for (;;) {
+    if (base == lane) dependent_launch_begin();
     // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
     for (int s = 0; s < kUnroll; ++s) {
@@ -186,9 +182,6 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
         }
       }
     }
-    base += 32 * kUnroll;
-    if (base >= n_units) break;
-    load_batch(base);
   }
 #pragma unroll
   for (int j = 0; j < kWarpRows; ++j) {
@@ -225,14 +218,14 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
     if (wide && aligned) {
-      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>, blocks, kDecodeWarpsPerBlock * 32, 0,
-                       stream, t, row_bytes, n_units, x);
+      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>, blocks,
+                       kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x);
       launched = true;
     }
   }
   if (!launched) {
-    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>, blocks, kDecodeWarpsPerBlock * 32, 0,
-                     stream, t, row_bytes, n_units, x);
+    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>, blocks,
+                     kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x);
   }
   check_launch("matvec (decode)");
 }
