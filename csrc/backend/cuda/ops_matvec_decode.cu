@@ -269,9 +269,36 @@ DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows) {
   // load between weight rows starts to count. Q4_K gains from it from 2048
   // rows on and prefers four rows per warp at 3..4 rows. Unrolling one row
   // four units deep was slower everywhere (so that config is gone).
+  //
+  // Refined from a run of every config per shape (device call s6-1, Q4_0
+  // and Q4_K; the other types keep the rule above until measured): one unit
+  // per lane in flight beats two on the largest matrices, where many warps
+  // already cover the latency: the output projection (128,256 rows) at any
+  // row count (Q4_0 1 row 71 us against 80, 4 rows 114 against 127; Q4_K
+  // 74 against 98 and 116 against 179), and gate/up together (28,672 rows)
+  // at 2..4 rows (Q4_0 4 rows 16 us against 20 per matrix, Q4_K with four
+  // rows per warp 17 against 24). Four rows per warp, two units, wins on
+  // the 4,096-row matrices at 3..4 rows for Q4_0 (down 22 us against 26,
+  // q/o 6.7 against 7.6) and at 2 rows for Q4_K (18 against 19, 5.5
+  // against 5.9).
   DecodeConfig c;
   c.wide = true;
   const bool q4k = type == DType::Q4_K;
+  if (type == DType::Q4_0 || q4k) {
+    if (n_out >= 65536) {
+      c.warp_rows = n_rows >= 3 ? 4 : 2;
+      return c;
+    }
+    if (n_out >= 8192 && n_rows >= 2) {
+      c.warp_rows = q4k ? 4 : 2;
+      return c;
+    }
+    if (n_out >= 4096 && ((!q4k && n_rows >= 3) || (q4k && n_rows == 2))) {
+      c.warp_rows = 4;
+      c.unroll = 2;
+      return c;
+    }
+  }
   const size_t large = n_rows <= 2 && !q4k ? 8192 : 2048;
   if (n_out < large) return c;  // 1 x 1
   c.warp_rows = q4k && n_rows >= 3 ? 4 : 2;
