@@ -200,10 +200,10 @@ def test_rms_norm_matches_numpy():
     np.testing.assert_allclose(gpu, ref, rtol=2e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("width", [64, 128, 576, 1000, 2048, 4096, 4100, 5376, 8192])
+@pytest.mark.parametrize("width", [64, 128, 576, 1000, 2048, 4096, 4100, 5376, 8192, 16384, 16500])
 def test_rms_norm_at_every_block_size_and_rows_are_independent(width):
-    """Widths below, at and past the 4-per-thread register span of the
-    largest block (4096), odd warp counts, and a width not a multiple of 32."""
+    """Widths below, at and past the 16-per-thread register span of the
+    largest block (16384), odd warp counts, and a width not a multiple of 32."""
     rng = np.random.default_rng(width)
     x = (rng.standard_normal((6, width)) * rng.uniform(0.01, 30, (6, 1))).astype(np.float32)
     w = rng.uniform(0.5, 1.5, width).astype(np.float32)
