@@ -85,12 +85,37 @@ constexpr double kMacsPerByte = 8.0;
 constexpr size_t kMaxRowBlocks = 64;
 
 // Calls of at most kGemvMaxRows rows on a pack: chunks of whole runs of
-// gemv_streams() groups, so each task reads that many weight streams side by
-// side (kernel_set.h, x86_kernels_512_packed_gemv.inc). No change otherwise.
-void fit_decode_chunks(MatmulJob& job, size_t n_rows) {
+// groups, so each task reads its groups side by side (kernel_set.h,
+// x86_kernels_512_packed_gemv.inc). A run is gemv_streams() groups, unless a
+// matrix has too few groups to give every thread a task that way: then the
+// run (and chunk) is the group count s <= gemv_streams() whose stage is
+// shortest, counted as rounds of tasks over the threads times the groups
+// per task (the larger s on a tie, for its streams). smollm2's 576-row
+// matrices at 16 threads were 9 tasks of 4 groups (7 threads idle, the
+// stage as long as 4 groups); runs of 3 make 12 tasks of 3 groups. Which
+// task computes a row changes no bit.
+void fit_decode_chunks(MatmulJob& job, size_t threads, size_t n_rows) {
   if (job.packed_tile == nullptr || n_rows == 0 || n_rows > kGemvMaxRows) return;
-  const size_t run = kPackedRows * gemv_streams();
-  job.chunk = (job.chunk + run - 1) / run * run;
+  const size_t groups = (job.n_out + kPackedRows - 1) / kPackedRows;
+  const size_t want = (job.chunk + kPackedRows - 1) / kPackedRows;  // groups per task for kTasksPerThread
+  size_t best_run = 0, best_cost = 0;
+  for (size_t run = gemv_streams(); run >= 1; --run) {
+    const size_t chunk_groups = (want + run - 1) / run * run;
+    const size_t tasks = (groups + chunk_groups - 1) / chunk_groups;
+    const size_t cost = (tasks + threads - 1) / threads * chunk_groups;
+    if (best_run == 0) {
+      best_run = run;
+      best_cost = cost;
+      if (tasks >= threads) break;  // every thread has a task: the widest runs
+      continue;
+    }
+    if (cost < best_cost) {
+      best_run = run;
+      best_cost = cost;
+    }
+  }
+  const size_t run_rows = kPackedRows * best_run;
+  job.chunk = (job.chunk + run_rows - 1) / run_rows * run_rows;
   job.n_chunks = (job.n_out + job.chunk - 1) / job.chunk;
   job.out_chunks = job.n_chunks;
 }
@@ -176,7 +201,7 @@ MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t 
       job.format |= kPackedActFlag;
     }
   }
-  fit_decode_chunks(job, n_rows);
+  fit_decode_chunks(job, threads, n_rows);
   split_rows(job, threads, n_rows);
   return job;
 }
