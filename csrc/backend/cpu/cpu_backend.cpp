@@ -532,6 +532,15 @@ void CpuBackend::run_attention_task(const Op& op, size_t task, size_t stage_inde
     }
   }
   attend_block(planes, head, queries, n_queries, f16_, scores_[static_cast<size_t>(thread)].data());
+  // The heads just written, quantized for the matmul that reads them
+  // (cpu_plan.h): head h of row r is columns [h * head_dim_v, + head_dim_v).
+  for (const QuantizeEntry& entry : plan_->stages[stage_index].quantize) {
+    uint8_t* act = act_base_ + entry.act_offset;
+    for (size_t r = block.first_row; r < block.first_row + block.n_rows; ++r) {
+      entry.job.quantize_cols(out + r * attn_width, first_head * p.head_dim_v, heads_per_task * p.head_dim_v,
+                              act + r * entry.job.act_row_bytes);
+    }
+  }
 }
 
 }  // namespace muser::cpu

@@ -178,7 +178,21 @@ class PlanBuilder {
     Stage* chain = plan_.stages.empty() ? nullptr : &plan_.stages.back();
     bool fold = chain != nullptr && chain->kind == StageKind::Chain && chain->quantize.empty();
     for (const QuantizeEntry& q : quantize.quantize) fold = fold && q.rows == chain->rows;
-    if (fold) {
+    // Likewise the attention right before the matmuls that read its output
+    // (the output projection): each task quantizes the (row, head) pieces it
+    // wrote, when a head's values are whole activation blocks (a Q8_0 /
+    // Q8_1 block is 32 elements, quantized on its own). One stage and
+    // barrier fewer per layer; the same bytes.
+    Stage* attention = chain;
+    bool fold_attention = attention != nullptr && attention->kind == StageKind::Attention &&
+                          attention->quantize.empty();
+    if (fold_attention) {
+      const Op& op = g_.ops[attention->ops[0]];
+      for (const QuantizeEntry& q : quantize.quantize) {
+        fold_attention = fold_attention && q.x == op.dst && op.p.head_dim_v % q.job.quantize_cols_granule() == 0;
+      }
+    }
+    if (fold || fold_attention) {
       chain->quantize = std::move(quantize.quantize);
     } else {
       for (const QuantizeEntry& q : quantize.quantize) quantize.n_tasks += quantize_tasks(q.rows);

@@ -8,7 +8,9 @@
 //   up) share one stage that quantizes each distinct input once, then one
 //   stage of all their output tiles. When a chain over the same rows comes
 //   just before, the chain quantizes the inputs as it finishes each row
-//   chunk instead (one barrier fewer; what the old inline quantization did).
+//   chunk instead (one barrier fewer; what the old inline quantization did);
+//   when the attention comes just before (the output projection), each
+//   attention task quantizes the (row, head) pieces of the output it wrote.
 // - Attention: blocks of up to kAttentionBlockRows rows of one sequence
 //   times query heads (cut per step, since it depends on the sequences).
 // - RopeAngles (first): the cos/sin tables of each distinct RoPE setting for
@@ -79,7 +81,8 @@ struct Stage {
   size_t rows = 0;               // Chain, RopeAngles: rows processed
   std::vector<size_t> ops;       // Chain: graph op indices, in order; Attention: one
   // Quantize: the inputs to quantize; Chain: inputs quantized after the ops
-  // of each row chunk.
+  // of each row chunk; Attention: its output, quantized per (row, head)
+  // after each task.
   std::vector<QuantizeEntry> quantize;
   std::vector<TileEntry> tiles;
   size_t n_tasks = 0;            // fixed task count (Attention: decided per step)

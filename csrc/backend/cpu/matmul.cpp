@@ -86,30 +86,27 @@ constexpr size_t kMaxRowBlocks = 64;
 
 // Calls of at most kGemvMaxRows rows on a pack: chunks of whole runs of
 // groups, so each task reads its groups side by side (kernel_set.h,
-// x86_kernels_512_packed_gemv.inc). A run is gemv_streams() groups, unless a
-// matrix has too few groups to give every thread a task that way: then the
-// run (and chunk) is the group count s <= gemv_streams() whose stage is
-// shortest, counted as rounds of tasks over the threads times the groups
-// per task (the larger s on a tie, for its streams). smollm2's 576-row
-// matrices at 16 threads were 9 tasks of 4 groups (7 threads idle, the
-// stage as long as 4 groups); runs of 3 make 12 tasks of 3 groups. Which
-// task computes a row changes no bit.
+// x86_kernels_512_packed_gemv.inc). A run is gemv_streams() groups, unless
+// the matrix has so few groups that whole runs balance badly over the
+// threads: the stage lasts about its rounds of tasks times the groups per
+// task, and a run of s < gemv_streams() groups is taken when that cuts this
+// by at least an eighth (fewer streams read a little slower, so a sliver of
+// balance is not worth them). smollm2's 576-row matrices (q, o, down: 36
+// groups) were 9 tasks of 4 groups: 3 rounds at 4 threads, the last one
+// task long (3 threads idle), and at 16 threads one round with 7 threads
+// idle; runs of 3 make 12 tasks of 3 groups (3 rounds of 3 groups at 4
+// threads, one round at 16). llama-1b's matrices keep runs of 4 at 4 and 16
+// threads. Which task computes a row changes no bit.
 void fit_decode_chunks(MatmulJob& job, size_t threads, size_t n_rows) {
   if (job.packed_tile == nullptr || n_rows == 0 || n_rows > kGemvMaxRows) return;
   const size_t groups = (job.n_out + kPackedRows - 1) / kPackedRows;
-  const size_t want = (job.chunk + kPackedRows - 1) / kPackedRows;  // groups per task for kTasksPerThread
+  const size_t want = (job.chunk + kPackedRows - 1) / kPackedRows;  // groups per task, kTasksPerThread per thread
   size_t best_run = 0, best_cost = 0;
   for (size_t run = gemv_streams(); run >= 1; --run) {
     const size_t chunk_groups = (want + run - 1) / run * run;
     const size_t tasks = (groups + chunk_groups - 1) / chunk_groups;
     const size_t cost = (tasks + threads - 1) / threads * chunk_groups;
-    if (best_run == 0) {
-      best_run = run;
-      best_cost = cost;
-      if (tasks >= threads) break;  // every thread has a task: the widest runs
-      continue;
-    }
-    if (cost < best_cost) {
+    if (best_run == 0 || 8 * cost <= 7 * best_cost) {
       best_run = run;
       best_cost = cost;
     }
@@ -240,6 +237,28 @@ void MatmulJob::quantize_rows(const float* x, size_t first, size_t last, uint8_t
     } else {
       fill_packed_act_extras<BlockQ8_0>(row, n_in / 32, extra);
     }
+  }
+}
+
+size_t MatmulJob::quantize_cols_granule() const {
+  return activation_block_elems(static_cast<ActivationFormat>(format & ~kPackedActFlag));
+}
+
+void MatmulJob::quantize_cols(const float* x, size_t first, size_t n, uint8_t* act_row) const {
+  const ActivationFormat base = static_cast<ActivationFormat>(format & ~kPackedActFlag);
+  const size_t granule = activation_block_elems(base);
+  if (first % granule != 0 || n % granule != 0 || first + n > n_in) {
+    throw InternalError("[matmul] quantize_cols: columns " + std::to_string(first) + " + " + std::to_string(n) +
+                        " are not whole blocks of a row of " + std::to_string(n_in));
+  }
+  quantize(x + first, act_row + activation_row_bytes(base, first), n);
+  if (act_extra_at == 0) return;
+  PackedActExtra* extra = reinterpret_cast<PackedActExtra*>(act_row + act_extra_at) + first / 32;
+  const uint8_t* blocks = act_row + activation_row_bytes(base, first);
+  if (base == ActivationFormat::Q8_1) {
+    fill_packed_act_extras<BlockQ8_1>(blocks, n / 32, extra);
+  } else {
+    fill_packed_act_extras<BlockQ8_0>(blocks, n / 32, extra);
   }
 }
 

@@ -75,6 +75,14 @@ struct MatmulJob {
                         const PackedWeight* pack = nullptr, size_t n_rows = 0);
   // act row r = quantized x row r, for r in [first, last).
   void quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const;
+  // Elements a column range given to quantize_cols must start and end on
+  // (the activation format's block).
+  size_t quantize_cols_granule() const;
+  // Columns [first, first + n) of one row x (the whole row, n_in floats)
+  // into the same columns' bytes of its quantized row act_row: exactly the
+  // bytes quantize_rows writes there, as each block is quantized on its own
+  // (QuantizeFn). first and n are multiples of quantize_cols_granule().
+  void quantize_cols(const float* x, size_t first, size_t n, uint8_t* act_row) const;
   // Task c < n_chunks: y[row block, output chunk] of the n_rows rows of act.
   void run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const;
 };
