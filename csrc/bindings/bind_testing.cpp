@@ -445,12 +445,16 @@ void bind_testing_kernels(nb::module_& m) {
         out["tasks"] = job.n_chunks;
         out["chunk"] = job.chunk;
         out["row_block"] = job.row_block == 0 ? n_rows : job.row_block;
+        out["tail_first"] = job.tail_first;
+        out["tail_chunk"] = job.tail_chunk;
         return out;
       },
       nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("n_rows"), nb::arg("threads"),
       nb::arg("isa") = "best", nb::arg("packed") = true,
       "How cpu::matmul splits n_rows rows on `threads` threads: {'tasks', 'chunk' (outputs per "
-      "task), 'row_block' (activation rows per task; the last block takes the rest)}.");
+      "task), 'row_block' (activation rows per task; the last block takes the rest), 'tail_first', "
+      "'tail_chunk' (tasks from tail_first on cover tail_chunk outputs each after tail_first chunks; "
+      "tail_chunk 0: none)}.");
 
   m.def(
       "time_matmul",

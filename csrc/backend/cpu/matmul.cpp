@@ -115,6 +115,23 @@ void fit_decode_chunks(MatmulJob& job, size_t threads, size_t n_rows) {
   job.chunk = (job.chunk + run_rows - 1) / run_rows * run_rows;
   job.n_chunks = (job.n_out + job.chunk - 1) / job.chunk;
   job.out_chunks = job.n_chunks;
+  // The stage ends when its last task does: with chunks of several runs
+  // (kTasksPerThread per thread: llama-1b's 8192-wide down projection at 4
+  // threads is 16 tasks of 590 KB of Q4_0, its output table 16 of 9.3 MB),
+  // a thread that fell behind by a little still holds the others up for
+  // up to a whole task. So the last half round of the work (threads x
+  // chunk / 2 outputs, or all of it) is cut into one-run tasks, claimed
+  // last (tasks go in index order), and the others' wait is at most one run.
+  const size_t chunk_groups = job.chunk / kPackedRows;
+  if (threads > 1 && chunk_groups > best_run) {
+    const size_t tail_target = threads * chunk_groups / 2;
+    const size_t head_chunks = groups > tail_target ? (groups - tail_target) / chunk_groups : 0;
+    const size_t tail_groups = groups - head_chunks * chunk_groups;
+    job.tail_first = head_chunks;
+    job.tail_chunk = run_rows;
+    job.n_chunks = head_chunks + (tail_groups + best_run - 1) / best_run;
+    job.out_chunks = job.n_chunks;
+  }
 }
 
 void split_rows(MatmulJob& job, size_t threads, size_t n_rows) {
@@ -278,8 +295,9 @@ void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y)
     n_rows = last_row - first_row;
     c %= out_chunks;
   }
-  const size_t first = c * chunk;
-  const size_t rows = std::min(n_out, first + chunk) - first;
+  const size_t first = tail_chunk != 0 && c >= tail_first ? tail_first * chunk + (c - tail_first) * tail_chunk
+                                                           : c * chunk;
+  const size_t rows = std::min(n_out, first + (tail_chunk != 0 && c >= tail_first ? tail_chunk : chunk)) - first;
   if (packed_tile != nullptr) {
     packed_tile(n_in, packed + first / kPackedRows * packed_group_bytes, rows, act, act_row_bytes, n_rows,
                 y + first, n_out);

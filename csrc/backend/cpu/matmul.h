@@ -60,6 +60,12 @@ struct MatmulJob {
   // (prefill), where a task over all rows would re-read every activation
   // row for a sliver of the outputs.
   size_t row_block = 0;
+  // Decode-sized calls whose chunks hold several runs of groups: tasks from
+  // tail_first on cover tail_chunk outputs each (one run) after the
+  // tail_first chunks of `chunk`, so a stage ends on short tasks; 0: every
+  // task is `chunk` outputs.
+  size_t tail_first = 0;
+  size_t tail_chunk = 0;
   // Set when the weight is read from its pack (packed_weights.h): group g of
   // kPackedRows rows at packed + g * packed_group_bytes.
   PackedTileFn packed_tile = nullptr;
