@@ -313,8 +313,8 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
                           const StepInputs& inputs, int thread) {
   switch (stage.kind) {
     case StageKind::RopeAngles: {
-      const size_t first = task * kRowsPerTask;
-      const size_t last = std::min(stage.rows, first + kRowsPerTask);
+      const size_t first = task * stage.rows_per_task;
+      const size_t last = std::min(stage.rows, first + stage.rows_per_task);
       for (const RopeTable& table : plan.ropes) {
         const size_t n_pairs = table.freqs.n_pairs();
         float* cos = arena_.data() + table.offset;
@@ -326,8 +326,8 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
       return;
     }
     case StageKind::Chain: {
-      const size_t first = task * kRowsPerTask;
-      const size_t last = std::min(stage.rows, first + kRowsPerTask);
+      const size_t first = task * stage.rows_per_task;
+      const size_t last = std::min(stage.rows, first + stage.rows_per_task);
       for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last);
       for (const QuantizeEntry& q : stage.quantize) q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
       (void)plan;

@@ -92,12 +92,16 @@ class PlanBuilder {
       Stage s;
       s.kind = StageKind::RopeAngles;
       s.rows = g_.shape.n_rows;
+      s.rows_per_task = chain_rows_per_task(s.rows);
       s.n_tasks = chain_tasks(s.rows);
       plan_.stages.push_back(std::move(s));
     }
   }
 
-  static size_t chain_tasks(size_t rows) { return rows == 0 ? 0 : (rows + kRowsPerTask - 1) / kRowsPerTask; }
+  static size_t chain_rows_per_task(size_t rows) { return rows <= kRowsPerTask ? 1 : kRowsPerTask; }
+  static size_t chain_tasks(size_t rows) {
+    return rows == 0 ? 0 : (rows + chain_rows_per_task(rows) - 1) / chain_rows_per_task(rows);
+  }
 
   size_t add_chain(size_t i) {
     Stage s;
@@ -124,6 +128,7 @@ class PlanBuilder {
       if (op.dst != kNoTensor) written.push_back(op.dst);
       s.ops.push_back(i);
     }
+    s.rows_per_task = chain_rows_per_task(s.rows);
     s.n_tasks = chain_tasks(s.rows);
     plan_.stages.push_back(std::move(s));
     return i;

@@ -2,8 +2,9 @@
 // the executor runs in order, each stage a set of independent tasks.
 //
 // - Chain: consecutive per-row ops over the same rows (norms, adds, RoPE,
-//   KV writes, activations...), run together over chunks of kRowsPerTask
-//   rows, so a run of cheap ops costs one barrier instead of one per op.
+//   KV writes, activations...), run together over chunks of rows (one row
+//   or kRowsPerTask), so a run of cheap ops costs one barrier instead of
+//   one per op.
 // - Quantize / Tiles: consecutive independent matmuls (Q, K and V; gate and
 //   up) share one stage that quantizes each distinct input once, then one
 //   stage of all their output tiles. When a chain over the same rows comes
@@ -32,7 +33,10 @@
 
 namespace muser::cpu {
 
-// Rows per task of a chain; a chain of this many rows or fewer is one task.
+// Rows per task of a chain of more than kRowsPerTask rows; a chain of this
+// many rows or fewer (decode rows, short prefill chunks) runs one row per
+// task, so a 4-row decode step's norms, activations and quantization run on
+// four threads instead of one.
 constexpr size_t kRowsPerTask = 8;
 // Activation rows quantized per task.
 constexpr size_t kQuantizeRowsPerTask = 16;
@@ -79,6 +83,7 @@ enum class StageKind { RopeAngles, Chain, Quantize, Tiles, Attention };
 struct Stage {
   StageKind kind;
   size_t rows = 0;               // Chain, RopeAngles: rows processed
+  size_t rows_per_task = 1;      // Chain, RopeAngles: rows of each task (the last takes the rest)
   std::vector<size_t> ops;       // Chain: graph op indices, in order; Attention: one
   // Quantize: the inputs to quantize; Chain: inputs quantized after the ops
   // of each row chunk; Attention: its output, quantized per (row, head)
