@@ -326,10 +326,25 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
       return;
     }
     case StageKind::Chain: {
-      const size_t first = task * stage.rows_per_task;
+      const size_t row_task = task / stage.col_pieces;
+      const size_t first = row_task * stage.rows_per_task;
       const size_t last = std::min(stage.rows, first + stage.rows_per_task);
-      for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last);
-      for (const QuantizeEntry& q : stage.quantize) q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
+      if (stage.col_pieces == 1) {
+        for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last, 0, kWholeRow);
+        for (const QuantizeEntry& q : stage.quantize) q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
+        return;
+      }
+      // A column piece of the rows (cpu_plan.h, split_chain_columns).
+      const size_t col_first = (task % stage.col_pieces) * stage.piece_cols;
+      for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last, col_first, col_first + stage.piece_cols);
+      for (const QuantizeEntry& q : stage.quantize) {
+        const size_t cols = q.job.n_in;
+        const size_t col_last = std::min(cols, col_first + stage.piece_cols);
+        for (size_t r = first; r < last; ++r) {
+          q.job.quantize_cols(f32(q.x) + r * cols, col_first, col_last - col_first,
+                              act_base_ + q.act_offset + r * q.job.act_row_bytes);
+        }
+      }
       (void)plan;
       return;
     }
@@ -362,7 +377,7 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
 }
 
 void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInputs& inputs, size_t first,
-                            size_t last) {
+                            size_t last, size_t col_first, size_t col_last) {
   switch (op.kind) {
     case OpKind::GetRows: {
       const TensorDesc& table = graph.tensor(op.src[0]);
@@ -396,23 +411,25 @@ void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInpu
     }
     case OpKind::Add: {
       const size_t cols = graph.tensor(op.dst).cols;
+      const size_t c0 = col_first, n = std::min(cols, col_last) - c0;
       const TensorDesc& b = graph.tensor(op.src[1]);
       const float* a = f32(op.src[0]);
       float* dst = f32(op.dst);
       for (size_t r = first; r < last; ++r) {
         const float* br = b.kind == TensorKind::Weight ? weights_.vectors[b.weight].data() : f32(op.src[1]) + r * cols;
-        if (dst != a) std::memcpy(dst + r * cols, a + r * cols, cols * sizeof(float));
-        add_to(dst + r * cols, br, cols);
+        if (dst != a) std::memcpy(dst + r * cols + c0, a + r * cols + c0, n * sizeof(float));
+        add_to(dst + r * cols + c0, br + c0, n);
       }
       return;
     }
     case OpKind::Scale: {
       const size_t cols = graph.tensor(op.dst).cols;
+      const size_t c1 = std::min(cols, col_last);
       const float* x = f32(op.src[0]);
       float* dst = f32(op.dst);
       const float factor = op.p.scalar;
       for (size_t r = first; r < last; ++r) {
-        for (size_t i = 0; i < cols; ++i) dst[r * cols + i] = x[r * cols + i] * factor;
+        for (size_t i = col_first; i < c1; ++i) dst[r * cols + i] = x[r * cols + i] * factor;
       }
       return;
     }
@@ -433,23 +450,25 @@ void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInpu
     }
     case OpKind::Glu: {
       const size_t cols = graph.tensor(op.dst).cols;
+      const size_t c0 = col_first, n = std::min(cols, col_last) - c0;
       const float* gate = f32(op.src[0]);
       const float* up = f32(op.src[1]);
       float* dst = f32(op.dst);
       const auto fn = op.p.glu == GluKind::Silu ? activations_.swiglu : activations_.geglu;
       for (size_t r = first; r < last; ++r) {
-        if (dst != gate) std::memcpy(dst + r * cols, gate + r * cols, cols * sizeof(float));
-        fn(dst + r * cols, up + r * cols, cols);
+        if (dst != gate) std::memcpy(dst + r * cols + c0, gate + r * cols + c0, n * sizeof(float));
+        fn(dst + r * cols + c0, up + r * cols + c0, n);
       }
       return;
     }
     case OpKind::Softcap: {
       const size_t cols = graph.tensor(op.dst).cols;
+      const size_t c0 = col_first, n = std::min(cols, col_last) - c0;
       const float* x = f32(op.src[0]);
       float* dst = f32(op.dst);
       for (size_t r = first; r < last; ++r) {
-        if (dst != x) std::memcpy(dst + r * cols, x + r * cols, cols * sizeof(float));
-        softcap(dst + r * cols, cols, op.p.scalar);
+        if (dst != x) std::memcpy(dst + r * cols + c0, x + r * cols + c0, n * sizeof(float));
+        softcap(dst + r * cols + c0, n, op.p.scalar);
       }
       return;
     }

@@ -58,7 +58,11 @@ class CpuBackend final : public Backend {
   void run_region(const Plan& plan, const StepGraph& graph, const StepInputs& inputs, int thread);
   void run_task(const Plan& plan, const Stage& stage, size_t task, const StepGraph& graph,
                 const StepInputs& inputs, int thread);
-  void run_row_op(const Op& op, const StepGraph& graph, const StepInputs& inputs, size_t first, size_t last);
+  // Rows [first, last); the column-local ops (cpu_plan.cpp) only columns
+  // [col_first, min(col_last, width)), the others whole rows (kWholeRow).
+  static constexpr size_t kWholeRow = ~size_t{0};
+  void run_row_op(const Op& op, const StepGraph& graph, const StepInputs& inputs, size_t first, size_t last,
+                  size_t col_first, size_t col_last);
   void run_attention_task(const Op& op, size_t task, size_t stage_index, const StepInputs& inputs, int thread);
 
   float* f32(TensorId t) const;

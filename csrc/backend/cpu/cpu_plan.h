@@ -44,6 +44,9 @@ constexpr size_t kQuantizeRowsPerTask = 16;
 // Eight rows times a GQA group share each converted key and value row (was
 // four: smollm2 prefill 512, attention 10% less work at 1 thread).
 constexpr size_t kAttentionBlockRows = 8;
+// Columns of a piece of a column-split chain are a multiple of this: whole
+// activation blocks of every format (Q8_K's 256 elements) and whole vectors.
+constexpr size_t kChainPieceCols = 256;
 // Query heads per KV head the attention tasks are sized for.
 constexpr size_t kMaxGroupHeads = 64;
 
@@ -84,6 +87,11 @@ struct Stage {
   StageKind kind;
   size_t rows = 0;               // Chain, RopeAngles: rows processed
   size_t rows_per_task = 1;      // Chain, RopeAngles: rows of each task (the last takes the rest)
+  // Chain: each row task is cut into col_pieces tasks of piece_cols columns
+  // (the last takes the rest) when every op of the chain and its quantized
+  // inputs are column-local over the same `cols` (cpu_plan.cpp says when).
+  size_t col_pieces = 1;
+  size_t piece_cols = 0;
   std::vector<size_t> ops;       // Chain: graph op indices, in order; Attention: one
   // Quantize: the inputs to quantize; Chain: inputs quantized after the ops
   // of each row chunk; Attention: its output, quantized per (row, head)
