@@ -6,6 +6,8 @@
 #   bash benchmarks/device/cpu_decode6_check.sh .ab.patch
 # Cells: smollm2-135m Q8_0 and llama-1b Q4_0, 4 and 16 threads, single-row decode and the 4-row aggregate
 # (bench_thread_scaling.py; the prefill column is a 16-token prompt, not a cell of the table).
+# NEW_ENVS="VAR=value ..." adds a run of the new tree per setting. ROUNDS (default 3) rounds, each in the
+# opposite order of the one before; no run starts past 230 s.
 # Run from the repository root with `.device` and $PYLIB carried. Output: $OUT/decode6.txt. ~150 s.
 set -uo pipefail
 patch_file=$(realpath "${1:?usage: cpu_decode6_check.sh PATCH}")
@@ -28,13 +30,16 @@ cell() {  # TREE TAG ROUND MODEL STEPS GROUP_STEPS
       "$w/$4.gguf" --threads 4,16 --prompt 16 --steps "$5" --group-steps "$6" 2>&1 |
       grep -E '^ +[0-9]+ \|' | sed "s/^/$2 r$3 $4 /" | tee -a "$res" )
 }
+# NEW_ENVS="VAR=a VAR=b": the new tree again with each setting (a patch with a knob read from the environment).
+runs="old new"; for e in ${NEW_ENVS:-}; do runs="$runs $e"; done
 for round in $(seq 1 "$rounds"); do
-  order="old new"; [ $((round % 2)) = 0 ] && order="new old"
+  order=$runs; [ $((round % 2)) = 0 ] && order=$(echo $runs | tr ' ' '\n' | tac | tr '\n' ' ')
   for run in $order; do
     [ "$(el)" -lt 230 ] || break 2
     tree=/tmp/ab-new; [ "$run" = old ] && tree=$root
-    cell "$tree" "$run" "$round" smollm2-135m-Q8_0 128 64
-    cell "$tree" "$run" "$round" llama-1b-Q4_0 32 16
+    ( case $run in *=*) export "$run" ;; esac
+      cell "$tree" "$run" "$round" smollm2-135m-Q8_0 128 64
+      cell "$tree" "$run" "$round" llama-1b-Q4_0 32 16 )
   done
 done
 log "end (columns: threads | prefill 16 | decode tok/s | decode GB/s | 4-row tok/s | 4-row GB/s)"

@@ -295,15 +295,33 @@ void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y)
     n_rows = last_row - first_row;
     c %= out_chunks;
   }
-  const size_t first = tail_chunk != 0 && c >= tail_first ? tail_first * chunk + (c - tail_first) * tail_chunk
-                                                           : c * chunk;
-  const size_t rows = std::min(n_out, first + (tail_chunk != 0 && c >= tail_first ? tail_chunk : chunk)) - first;
+  size_t first = 0, rows = 0;
+  chunk_outputs(c, &first, &rows);
   if (packed_tile != nullptr) {
     packed_tile(n_in, packed + first / kPackedRows * packed_group_bytes, rows, act, act_row_bytes, n_rows,
                 y + first, n_out);
     return;
   }
   tile(n_in, w + first * w_row_bytes, w_row_bytes, rows, act, act_row_bytes, n_rows, y + first, n_out);
+}
+
+void MatmulJob::chunk_outputs(size_t c, size_t* first, size_t* rows) const {
+  const bool tail = tail_chunk != 0 && c >= tail_first;
+  *first = tail ? tail_first * chunk + (c - tail_first) * tail_chunk : c * chunk;
+  *rows = std::min(n_out, *first + (tail ? tail_chunk : chunk)) - *first;
+}
+
+void MatmulJob::chunk_weights(size_t c, const uint8_t** begin, size_t* bytes) const {
+  if (row_block != 0) c %= out_chunks;
+  size_t first = 0, rows = 0;
+  chunk_outputs(c, &first, &rows);
+  if (packed_tile != nullptr) {
+    *begin = packed + first / kPackedRows * packed_group_bytes;
+    *bytes = (rows + kPackedRows - 1) / kPackedRows * packed_group_bytes;
+  } else {
+    *begin = w + first * w_row_bytes;
+    *bytes = rows * w_row_bytes;
+  }
 }
 
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,

@@ -91,6 +91,13 @@ struct MatmulJob {
   void quantize_cols(const float* x, size_t first, size_t n, uint8_t* act_row) const;
   // Task c < n_chunks: y[row block, output chunk] of the n_rows rows of act.
   void run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const;
+  // The weight bytes task c reads (its output chunk's rows or groups), for
+  // a prefetch ahead of it.
+  void chunk_weights(size_t c, const uint8_t** begin, size_t* bytes) const;
+
+ private:
+  // Output rows [*first, *first + *rows) of output chunk c < out_chunks.
+  void chunk_outputs(size_t c, size_t* first, size_t* rows) const;
 };
 
 // matmul with an explicit kernel table instead of the best one for this CPU
