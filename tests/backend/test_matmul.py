@@ -226,10 +226,10 @@ def test_decode_sized_calls_of_wide_rows_give_the_reference_bits(qtype, isa, str
         gemv_streams(0)
 
 
-def decode_split(qtype, n_in, n_out, threads, streams, gemv_streams):
+def decode_split(qtype, n_in, n_out, threads, streams, gemv_streams, shares_stage=False):
     raw = random_matrix(qtype, n_in, n_out, np.random.default_rng(5))
     gemv_streams(streams)
-    split = t.matmul_split(id_of(qtype), raw, n_in, n_out, 1, threads, "best", True)
+    split = t.matmul_split(id_of(qtype), raw, n_in, n_out, 1, threads, "best", True, shares_stage)
     gemv_streams(0)
     tasks = [split["chunk"]] * (split["tail_first"] if split["tail_chunk"] else split["tasks"])
     if split["tail_chunk"]:
@@ -241,12 +241,15 @@ def decode_split(qtype, n_in, n_out, threads, streams, gemv_streams):
 @pytest.mark.skipif(not t.has_packed_layout(int(GT.Q8_0)), reason="no packed Q8_0 layout on this CPU")
 def test_decode_chunks_of_small_matrices_keep_every_thread_busy(gemv_streams):
     """matmul.cpp fit_decode_chunks: runs of 3 groups where runs of 4 leave
-    a round one task long (smollm2's 576-row matrices: 9 tasks of 4 groups
-    were 3 rounds at 4 threads and left 7 of 16 threads idle)."""
+    a round one task long (smollm2's 576-row o and down projections: 9 tasks
+    of 4 groups were 3 rounds at 4 threads and left 7 of 16 threads idle),
+    for a matmul alone in its stage; one that shares it (q with k and v)
+    keeps runs of 4."""
     for threads in (4, 16):
         split, tasks = decode_split(GT.Q8_0, 576, 576, threads, 4, gemv_streams)
         assert tasks == [48] * 12, (threads, split)
-    # k / v of smollm2 (12 groups) at 16 threads: one group per task.
+        assert decode_split(GT.Q8_0, 576, 576, threads, 4, gemv_streams, shares_stage=True)[1] == [64] * 9
+    # A 12-group matrix alone at 16 threads: one group per task.
     assert decode_split(GT.Q8_0, 576, 192, 16, 4, gemv_streams)[1] == [16] * 12
     # llama-1b's 2048-row matrices keep runs of 4 groups.
     assert decode_split(GT.Q4_0, 2048, 2048, 16, 4, gemv_streams)[1] == [64] * 32

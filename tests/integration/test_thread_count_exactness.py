@@ -40,10 +40,10 @@ def _run(path, threads: int) -> list[np.ndarray]:
         ("llama", "Q4_0", {"n_head": 8, "n_head_kv": 2}),
         ("llama", "F32", {"n_head": 6, "n_head_kv": 2}),
         ("gemma3", "Q8_0", {"n_head": 4, "n_head_kv": 1}),
-        # FFN widths of 768: the decode rows' SwiGLU / GeGLU + quantization chains are cut into column
-        # pieces of 256-512 (cpu_plan.cpp split_chain_columns) from 2 threads on, the last one shorter.
-        ("llama", "Q4_0", {"n_head": 8, "n_head_kv": 2, "n_ff": 768}),
-        ("gemma3", "Q8_0", {"n_head": 4, "n_head_kv": 1, "n_ff": 768}),
+        # Wide FFNs: the decode rows' SwiGLU / GeGLU + quantization chains are cut into 2-3 column pieces
+        # (cpu_plan.cpp split_chain_columns) from 2 threads on, the last one shorter.
+        ("llama", "Q4_0", {"n_head": 8, "n_head_kv": 2, "n_ff": 2816}),
+        ("gemma3", "Q8_0", {"n_head": 4, "n_head_kv": 1, "n_ff": 3328}),
     ],
 )
 def test_logits_are_bitwise_the_same_at_every_thread_count(tiny_model, arch, weight_type, options):

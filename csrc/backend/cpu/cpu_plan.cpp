@@ -148,8 +148,9 @@ class PlanBuilder {
   // width, with its quantized inputs of that width, is cut into column
   // pieces so that up to `threads` tasks share it: a decode row's SwiGLU
   // and quantization (8192 columns on llama-1b, ~7 us on one core) ran on
-  // one thread while the others waited. Every element and every activation
-  // block is computed as in one piece (MatmulJob::quantize_cols).
+  // one thread while the others waited; smollm2's 1536 columns stay whole
+  // (kChainMinPieceCols). Every element and every activation block is
+  // computed as in one piece (MatmulJob::quantize_cols).
   void split_chain_columns(Stage& s) {
     if (threads_ <= 1 || s.rows == 0 || s.rows > kRowsPerTask) return;
     size_t cols = 0;
@@ -170,7 +171,7 @@ class PlanBuilder {
       if (g_.tensor(q.x).cols != cols || kChainPieceCols % q.job.quantize_cols_granule() != 0) return;
     }
     const size_t row_tasks = s.n_tasks;
-    size_t pieces = std::min(cols / kChainPieceCols, std::max<size_t>(1, threads_ / row_tasks));
+    size_t pieces = std::min(cols / kChainMinPieceCols, std::max<size_t>(1, threads_ / row_tasks));
     if (pieces <= 1) return;
     const size_t piece_cols = ((cols + pieces - 1) / pieces + kChainPieceCols - 1) / kChainPieceCols * kChainPieceCols;
     pieces = (cols + piece_cols - 1) / piece_cols;
@@ -221,6 +222,18 @@ class PlanBuilder {
       tile.first_task = tiles.n_tasks;
       tiles.n_tasks += tile.job.n_chunks;
       tiles.tiles.push_back(tile);
+    }
+    if (tiles.tiles.size() > 1) {
+      // Several matmuls share the stage: plan their decode chunks for that.
+      tiles.n_tasks = 0;
+      for (TileEntry& tile : tiles.tiles) {
+        const Op& op = g_.ops[tile.op];
+        const TensorInfo& matrix = w_.matrices[g_.tensor(op.src[0]).weight];
+        tile.job = MatmulJob::plan(matrix, k_, threads_, w_.packed.find(matrix), tile.rows, true);
+        if (tile.rows == 0) tile.job.n_chunks = 0;
+        tile.first_task = tiles.n_tasks;
+        tiles.n_tasks += tile.job.n_chunks;
+      }
     }
     plan_.act_bytes = std::max(plan_.act_bytes, act_at);
     // Row chunks of a chain over the same rows can quantize as they finish

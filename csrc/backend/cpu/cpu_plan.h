@@ -47,6 +47,10 @@ constexpr size_t kAttentionBlockRows = 8;
 // Columns of a piece of a column-split chain are a multiple of this: whole
 // activation blocks of every format (Q8_K's 256 elements) and whole vectors.
 constexpr size_t kChainPieceCols = 256;
+// And at least this many (the last piece aside): below ~1000 columns a
+// SwiGLU + quantization takes ~1 us on one core, less than handing its
+// pieces to other cores and their results on to the next stage.
+constexpr size_t kChainMinPieceCols = 1024;
 // Query heads per KV head the attention tasks are sized for.
 constexpr size_t kMaxGroupHeads = 64;
 

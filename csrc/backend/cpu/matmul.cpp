@@ -91,18 +91,23 @@ constexpr size_t kMaxRowBlocks = 64;
 // threads: the stage lasts about its rounds of tasks times the groups per
 // task, and a run of s < gemv_streams() groups is taken when that cuts this
 // by at least an eighth (fewer streams read a little slower, so a sliver of
-// balance is not worth them). smollm2's 576-row matrices (q, o, down: 36
-// groups) were 9 tasks of 4 groups: 3 rounds at 4 threads, the last one
+// balance is not worth them). smollm2's o and down projections (576 rows:
+// 36 groups) were 9 tasks of 4 groups: 3 rounds at 4 threads, the last one
 // task long (3 threads idle), and at 16 threads one round with 7 threads
 // idle; runs of 3 make 12 tasks of 3 groups (3 rounds of 3 groups at 4
 // threads, one round at 16). llama-1b's matrices keep runs of 4 at 4 and 16
-// threads. Which task computes a row changes no bit.
-void fit_decode_chunks(MatmulJob& job, size_t threads, size_t n_rows) {
+// threads. Only for a matmul alone in its stage: where several share one
+// (q with k and v, gate with up) their tasks fill the threads together, and
+// narrower runs only made more, smaller tasks (on the Xeon, smollm2 Q8_0
+// single-row decode at 16 threads ran 470-545 tok/s with every matmul
+// narrowed against 521-579 without, device call s6-2).
+// Which task computes a row changes no bit.
+void fit_decode_chunks(MatmulJob& job, size_t threads, size_t n_rows, bool shares_stage) {
   if (job.packed_tile == nullptr || n_rows == 0 || n_rows > kGemvMaxRows) return;
   const size_t groups = (job.n_out + kPackedRows - 1) / kPackedRows;
   const size_t want = (job.chunk + kPackedRows - 1) / kPackedRows;  // groups per task, kTasksPerThread per thread
   size_t best_run = 0, best_cost = 0;
-  for (size_t run = gemv_streams(); run >= 1; --run) {
+  for (size_t run = gemv_streams(); run >= 1 && !(shares_stage && best_run != 0); --run) {
     const size_t chunk_groups = (want + run - 1) / run * run;
     const size_t tasks = (groups + chunk_groups - 1) / chunk_groups;
     const size_t cost = (tasks + threads - 1) / threads * chunk_groups;
@@ -178,7 +183,7 @@ void split_rows(MatmulJob& job, size_t threads, size_t n_rows) {
 }  // namespace
 
 MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
-                          const PackedWeight* pack, size_t n_rows) {
+                          const PackedWeight* pack, size_t n_rows, bool shares_stage) {
   require_2d(w, "matmul");
   const uint32_t type_id = static_cast<uint32_t>(w.type);
   MatmulJob job;
@@ -215,7 +220,7 @@ MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t 
       job.format |= kPackedActFlag;
     }
   }
-  fit_decode_chunks(job, threads, n_rows);
+  fit_decode_chunks(job, threads, n_rows, shares_stage);
   split_rows(job, threads, n_rows);
   return job;
 }

@@ -76,9 +76,11 @@ struct MatmulJob {
   // `threads` threads and calls of `n_rows` activation rows (0: unknown; a
   // job runs correctly on any n_rows, the split is only sized for this
   // one). With `pack` (w's pack, made with `kernels`; otherwise ignored) the
-  // tiles read the pack.
+  // tiles read the pack. `shares_stage`: the job's tasks run in one stage
+  // with other matmuls' (q, k and v; gate and up), so its decode chunks are
+  // not narrowed for balance on its own (matmul.cpp, fit_decode_chunks).
   static MatmulJob plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
-                        const PackedWeight* pack = nullptr, size_t n_rows = 0);
+                        const PackedWeight* pack = nullptr, size_t n_rows = 0, bool shares_stage = false);
   // act row r = quantized x row r, for r in [first, last).
   void quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const;
   // Elements a column range given to quantize_cols must start and end on
