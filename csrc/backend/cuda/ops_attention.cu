@@ -100,6 +100,20 @@ __device__ __forceinline__ void store_fold(const ShareFold& fold, const float* l
   ms[1] = sum;
 }
 
+// One value pair of the partial: the states' pairs (pair_of(w)) scaled by
+// their factors, in share order.
+template <typename PairOf>
+__device__ __forceinline__ float2 fold_pair(const ShareFold& fold, PairOf pair_of) {
+  float2 a = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float2 v = pair_of(w);
+    a.x = __fmaf_rn(v.x, fold.f[w], a.x);
+    a.y = __fmaf_rn(v.y, fold.f[w], a.y);
+  }
+  return a;
+}
+
 // Folds the n_active partials from `base` in split order and divides by the
 // folded sum, into out[0, head_dim_v), element 0 being element `first` of
 // the attention output (for the quantized copy's block numbers). The
@@ -265,13 +279,7 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) store_fold(fold, l_s, part_ms + 2 * partial);
   float2* pa = reinterpret_cast<float2*>(part_acc + partial * head_dim_v);
   for (int d2 = threadIdx.x; d2 < pairs_v; d2 += kThreads) {
-    float2 a = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      a.x = __fmaf_rn(acc_s[w][d2].x, fold.f[w], a.x);
-      a.y = __fmaf_rn(acc_s[w][d2].y, fold.f[w], a.y);
-    }
-    pa[d2] = a;
+    pa[d2] = fold_pair(fold, [&](int w) { return acc_s[w][d2]; });
   }
 
   // Last block of the (row, head) in: fold the partials. The fence makes
@@ -605,15 +613,7 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
 #pragma unroll
   for (int j = 0; j < NP; ++j) {
     const int d2 = lane + 32 * j;
-    if (d2 < pairs_v) {
-      float2 a = make_float2(0.0f, 0.0f);
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        a.x = __fmaf_rn(acc[w][j].x, fold.f[w], a.x);
-        a.y = __fmaf_rn(acc[w][j].y, fold.f[w], a.y);
-      }
-      pa[d2] = a;
-    }
+    if (d2 < pairs_v) pa[d2] = fold_pair(fold, [&](int w) { return acc[w][j]; });
   }
 
   // Last of the (row, head)'s blocks in: fold the partials (as the decode
