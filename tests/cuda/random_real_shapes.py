@@ -19,6 +19,8 @@ SHAPES = {
     "smollm2-135m": dict(vocab=49152, d=576, ff=1536, layers=30, heads=9, kv=3),
     "llama-1b": dict(vocab=128256, d=2048, ff=8192, layers=16, heads=32, kv=8),
     "llama3-8b": dict(vocab=128256, d=4096, ff=14336, layers=32, heads=32, kv=8),
+    # llama3-8b's layer shapes in a small file (tests of per-layer kernels).
+    "llama3-8b-2layers": dict(vocab=32000, d=4096, ff=14336, layers=2, heads=32, kv=8),
 }
 # (elements per block, bytes per block, [(offset of an fp16 scale, kind)]);
 # kind "d" multiplies the quants, "m" is a minimum.

@@ -208,6 +208,44 @@ def test_embeddings_do_not_depend_on_batching_and_agree_with_the_cpu(tiny):
     assert np.min(cosine) > 0.99
 
 
+def decode_trace(engine, prompts, tokens):
+    """Logits of every row after a decode alone, then in a group of all rows,
+    then in pairs: the 1..4-row decode graphs (and the KV they wrote, which
+    each later step reads)."""
+    sessions = [engine.session(max_context=128) for _ in prompts]
+    for s, p in zip(sessions, prompts):
+        s.prefill(p)
+    trace = []
+    for i, s in enumerate(sessions):
+        s.decode(tokens[i][0])
+        trace.append(s.logits.copy())
+    engine.decode_group(sessions, [tok[1] for tok in tokens])
+    trace += [s.logits.copy() for s in sessions]
+    for pair in ((2, 0), (1, 3)):
+        engine.decode_group([sessions[i] for i in pair], [tokens[i][2] for i in pair])
+    trace += [s.logits.copy() for s in sessions]
+    return trace
+
+
+def assert_fusion_keeps_the_bits(path, monkeypatch):
+    # The backend reads MUSER_CUDA_FUSE when it is made: one engine runs the
+    # RoPE + KV store and the GLU in the matvecs' epilogues, one apart.
+    monkeypatch.setenv("MUSER_CUDA_FUSE", "0")
+    apart = muser.Engine(path, backend="cuda")
+    monkeypatch.delenv("MUSER_CUDA_FUSE")
+    fused = muser.Engine(path, backend="cuda")
+    prompts = [random_prompt(40 + i, 6 + 5 * i, fused.n_vocab) for i in range(4)]
+    tokens = [[int(x) for x in np.random.default_rng(50 + i).integers(0, fused.n_vocab, 3)] for i in range(4)]
+    for k, (a, b) in enumerate(zip(decode_trace(apart, prompts, tokens), decode_trace(fused, prompts, tokens))):
+        assert np.array_equal(a, b), k
+
+
+@pytest.mark.parametrize("name", ["llama-q4_0", "qwen3-q8_0", "gemma3-q4_k", "phi3-q4_0"])
+def test_fused_decode_epilogues_give_the_bits_of_separate_launches(name, tmp_path, monkeypatch):
+    path = write_tiny_model(tmp_path / f"{name}.gguf", context_length=2048, **TINY_MODELS[name])
+    assert_fusion_keeps_the_bits(path, monkeypatch)
+
+
 # smollm2's 576-wide rows are no multiple of 256, so its K-quant cells use llama3-8b.
 REAL = [("smollm2-135m", "Q4_0"), ("smollm2-135m", "Q8_0"), ("smollm2-135m", "Q5_0"), ("llama3-8b", "Q4_K")]
 
@@ -237,6 +275,16 @@ def test_random_weight_real_shapes_match_the_cpu_and_are_batch_invariant(real):
     sessions[4].decode(11)
     gpu.decode_group([sessions[2], sessions[0], sessions[3], sessions[1]], [5, 11, 6, 9])
     assert np.array_equal(sessions[0].logits, sessions[4].logits)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["smollm2-135m", "llama3-8b-2layers"])
+def test_fused_decode_epilogues_keep_the_bits_on_real_q4_0_shapes(shape, monkeypatch):
+    # The layer shapes (and type) of the decode benchmark's models, which take both fusions.
+    root = os.environ.get("MUSER_CUDA_MODELS", "/tmp/muser-cuda-models")
+    os.makedirs(root, exist_ok=True)
+    path = write_real_shape(os.path.join(root, f"spread-{shape}-Q4_0.gguf"), shape, "Q4_0")
+    assert_fusion_keeps_the_bits(path, monkeypatch)
 
 
 def test_running_out_of_device_memory_raises_a_memory_error_naming_the_model_and_context(tmp_path):

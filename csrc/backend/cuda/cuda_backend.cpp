@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -91,6 +92,8 @@ std::vector<float> widen_vector(const WeightDesc& w) {
 }  // namespace
 
 CudaBackend::CudaBackend() {
+  const char* fuse = std::getenv("MUSER_CUDA_FUSE");
+  fuse_epilogues_ = fuse == nullptr || std::string(fuse) != "0";
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -213,6 +216,13 @@ CudaBackend::Compiled& CudaBackend::compile(const StepGraph& graph) {
     } else if (op.kind == OpKind::Attention) {
       const size_t rows = graph.tensor(op.dst).rows;
       c.attention_bytes = std::max(c.attention_bytes, attention_scratch_bytes(attention_shape(op.p, 0, false), rows));
+    } else if (op.kind == OpKind::Glu) {
+      const TensorDesc& out = graph.tensor(op.dst);
+      c.glu_counters = std::max(c.glu_counters, glu_counter_count(out.cols));
+      if (out.cols % 32 == 0) {
+        c.glu_bytes = std::max({c.glu_bytes, activation_bytes(ActivationFormat::Q8_0, out.rows, out.cols),
+                                activation_bytes(ActivationFormat::Q8_1, out.rows, out.cols)});
+      }
     }
   }
   return compiled_.emplace(graph.id, std::move(c)).first->second;
@@ -238,6 +248,18 @@ void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
     attention_scratch_ = DeviceBuffer(0, "");
     attention_scratch_ = DeviceBuffer(c.attention_bytes, "attention partials of a step");
     clear_attention_scratch(attention_scratch_.get(), attention_scratch_.bytes(), stream_);
+  }
+  if (glu_counters_.bytes() < c.glu_counters * sizeof(unsigned)) {
+    drop_captures();
+    glu_counters_ = DeviceBuffer(0, "");
+    glu_counters_ = DeviceBuffer(c.glu_counters * sizeof(unsigned), "GLU epilogue counters");
+    check_cuda(cudaMemsetAsync(glu_counters_.get(), 0, glu_counters_.bytes(), as_stream(stream_)),
+               "clear GLU epilogue counters");
+  }
+  if (glu_scratch_.bytes() < c.glu_bytes) {
+    drop_captures();
+    glu_scratch_ = DeviceBuffer(0, "");
+    glu_scratch_ = DeviceBuffer(c.glu_bytes, "quantized GLU output of a step");
   }
   if (logits_host_.bytes() < logits_floats * sizeof(float)) {
     drop_captures();
@@ -360,6 +382,40 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
     return n;
   };
 
+  // Whether the q/k/v matmuls at ops i..i + 2 (one launch) are followed by
+  // the rope pair of q and k and the KvStore of k and v that rope_pair_kv
+  // would run (ops i + 3..i + 5), in a form matvec_rope_kv runs in the
+  // matvec's epilogue: normal-style RoPE over every head of q and k.
+  auto fuses_rope_kv = [&](size_t i, DType type, size_t n_rows) -> bool {
+    if (!fuse_epilogues_ || i + 5 >= graph.ops.size() || graph.ops[i + 3].kind != OpKind::Rope) return false;
+    if (!ropes_pair(i + 3) || !stores_rotated_k(i + 3)) return false;
+    const Op& rq = graph.ops[i + 3];
+    const Op& rk = graph.ops[i + 4];
+    const Op& store = graph.ops[i + 5];
+    if (rq.dst != graph.ops[i].dst || rk.dst != graph.ops[i + 1].dst || store.src[1] != graph.ops[i + 2].dst) {
+      return false;
+    }
+    const size_t q_out = graph.tensor(rq.dst).cols, k_out = graph.tensor(rk.dst).cols;
+    return rq.p.n_head * rq.p.head_dim_k == q_out && rk.p.n_head * rk.p.head_dim_k == k_out &&
+           matvec_rope_kv_fits(type, q_out, k_out, rq.p.head_dim_k, rq.p.n_rot, rq.p.rope_style == RopeStyle::Neox,
+                               n_rows);
+  };
+  // Whether the gate/up matmuls at ops i, i + 1 (one launch) are followed by
+  // the Glu of their outputs whose rows the next matmul reads as Q8_0 /
+  // Q8_1: matvec_glu_quantized runs it in the matvec's epilogue.
+  auto fuses_glu = [&](size_t i, DType type, size_t n_rows) -> bool {
+    if (!fuse_epilogues_ || i + 2 >= graph.ops.size()) return false;
+    const Op& glu_op = graph.ops[i + 2];
+    if (glu_op.kind != OpKind::Glu || glu_op.src[0] != graph.ops[i].dst || glu_op.src[1] != graph.ops[i + 1].dst) {
+      return false;
+    }
+    const TensorDesc& out = graph.tensor(glu_op.dst);
+    const size_t width = graph.tensor(glu_op.src[0]).cols;
+    return out.cols == width && out.rows == n_rows && graph.tensor(glu_op.src[1]).cols == width &&
+           glu_scratch_.bytes() >= activation_bytes(ActivationFormat::Q8_1, n_rows, width) &&
+           matvec_glu_fits(type, width, width, quantized_by_op(i + 2), n_rows);
+  };
+
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
     const OpParams& p = op.p;
@@ -390,6 +446,35 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
           const Op& next = graph.ops[i + j];
           const DeviceWeight& wj = weight_[graph.tensor(next.src[0]).weight];
           targets[j] = {wj.data, wj.ne1, act(c, next.dst), wj.ne1};
+        }
+        if (ran == 3 && fuses_rope_kv(i, w.type, dst->rows)) {
+          // q, k, v, their RoPE and the KV store in one launch.
+          const Op& rope_q = graph.ops[i + 3];
+          const Op& store = graph.ops[i + 5];
+          RopeKvTail tail;
+          tail.head_dim = rope_q.p.head_dim_k;
+          tail.n_rot = rope_q.p.n_rot;
+          tail.positions = ints(rope_q.src[1]);
+          tail.inv_freq = c.rope_freqs[i + 3];
+          tail.position_scale = rope_q.p.rope_freq_scale;
+          tail.kv = kv;
+          tail.n_layer = n_layer;
+          tail.layer = store.p.layer;
+          tail.ring = ring_layer[store.p.layer];
+          matvec_rope_kv(w.type, targets, x, dst->rows, tail, stream_);
+          ran = 6;
+          break;
+        }
+        if (ran == 2 && fuses_glu(i, w.type, dst->rows)) {
+          // gate, up, the GLU and its quantization for the down matmul in one launch.
+          const Op& glu_op = graph.ops[i + 2];
+          const ActivationFormat f = quantized_by_op(i + 2);
+          made_here.source = glu_op.dst;
+          made_here.view = matvec_glu_quantized(
+              w.type, targets, x, dst->rows, glu_op.p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh,
+              act(c, glu_op.dst), f, glu_scratch_.get(), glu_counters_.as<unsigned>(), stream_);
+          ran = 3;
+          break;
         }
         matvec_targets(w.type, targets, ran, x, dst->rows, stream_);
         break;

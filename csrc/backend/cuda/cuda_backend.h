@@ -63,6 +63,8 @@ class CudaBackend final : public Backend {
     size_t arena_floats = 0;
     std::array<size_t, 4> act_bytes{};   // quantization scratch per ActivationFormat
     size_t attention_bytes = 0;          // attention partials (largest Attention op)
+    size_t glu_counters = 0;             // matvec_glu_quantized counters (widest Glu op)
+    size_t glu_bytes = 0;                // matvec_glu_quantized's quantized output (largest Glu op)
     std::vector<const double*> rope_freqs;  // per op (Rope only)
     void* exec = nullptr;                // cudaGraphExec_t (decode shapes), once captured
   };
@@ -86,6 +88,15 @@ class CudaBackend final : public Backend {
   DeviceBuffer arena_;
   std::array<DeviceBuffer, 4> act_scratch_;
   DeviceBuffer attention_scratch_;
+  DeviceBuffer glu_counters_;  // unsigned, zero between launches
+  // The quantized GLU output of matvec_glu_quantized: not act_scratch_,
+  // which holds the gate/up matvec's own input while its last blocks write.
+  DeviceBuffer glu_scratch_;
+  // Whether decode steps run the RoPE + KV store and the GLU in the
+  // epilogues of the matvecs before them (MUSER_CUDA_FUSE=0 at construction
+  // turns it off: the same bits, one more launch per layer each, for
+  // benchmarks and the tests that compare both).
+  bool fuse_epilogues_ = true;
   PinnedBuffer logits_host_;
   // Per-step values: pinned staging and its device copy (fixed size, for
   // kMaxStepRows rows, so captured graphs never see them move).

@@ -230,6 +230,44 @@ ActivationView attention_quantized(const KvRows& kv, const AttentionShape& shape
                                    void* stream, AttentionKernel kernel = AttentionKernel::Auto,
                                    int prefill_warps = 0);
 
+// Decode launches (1..4 rows) that also run the op after the matvec in
+// their epilogue (ops_matvec_fused.cu): one launch fewer per layer each, for
+// the weight types fused_decode_type names. Every value they write is
+// bitwise what the separate launches write.
+bool fused_decode_type(DType type);
+
+// The RoPE and KV store after a layer's q/k/v matvec.
+struct RopeKvTail {
+  size_t head_dim = 0, n_rot = 0;  // n_rot even, <= head_dim
+  const int32_t* positions = nullptr;
+  const double* inv_freq = nullptr;
+  double position_scale = 1.0;
+  KvRows kv;
+  uint32_t n_layer = 0, layer = 0;
+  bool ring = false;
+};
+// Whether matvec_rope_kv takes these: normal-style RoPE (neox false), an
+// even n_rot <= head_dim, q/k/v of one fused type with whole heads.
+bool matvec_rope_kv_fits(DType type, size_t q_out, size_t k_out, size_t head_dim, size_t n_rot, bool neox,
+                         size_t n_rows);
+// matvec_targets of q, k, v (qkv[0..2]) then rope_pair_kv of q (a) and k (b)
+// with v, in one launch: the same bits in q, k, v and the KV planes.
+void matvec_rope_kv(DType type, const MatvecTarget* qkv, const ActivationView& x, size_t n_rows,
+                    const RopeKvTail& tail, void* stream);
+
+// Counters matvec_glu_quantized needs for a width (zeroed once, e.g. with
+// cudaMemset; every launch leaves them zero).
+size_t glu_counter_count(size_t width);
+// Whether matvec_glu_quantized takes these: gate and up of one fused type
+// and width, a multiple of 32; Q8_0 / Q8_1 output.
+bool matvec_glu_fits(DType type, size_t gate_out, size_t up_out, ActivationFormat format, size_t n_rows);
+// matvec_targets of gate, up (gate_up[0..1]) then glu_quantized(kind, dst,
+// gate, up) in one launch: the same bits in gate, up, dst and the view in
+// `scratch`, which it returns. dst (n_rows, width) may be gate's output.
+ActivationView matvec_glu_quantized(DType type, const MatvecTarget* gate_up, const ActivationView& x, size_t n_rows,
+                                    Glu kind, float* dst, ActivationFormat format, void* scratch, unsigned* counters,
+                                    void* stream);
+
 // The tensor-core GEMM of prefill (ops_gemm_mma.cu). matvec hands calls of
 // kGemmMinRows rows or more to gemm_mma, which takes Q4_0, Q4_1, Q5_0, Q5_1
 // and Q8_0 weights; other types and refused matrices run matvec's tiles of

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/glu_value.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
@@ -145,16 +146,7 @@ __global__ void glu_kernel(int kind, float* dst, const float* gate, const float*
   dependent_launch_begin();
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
-  const float g = gate[i];
-  float y;
-  if (kind == static_cast<int>(Glu::Silu)) {
-    y = g / (1.0f + expf(-g)) * up[i];
-  } else {
-    // gelu, tanh form: g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)).
-    constexpr float kMinusTwoSqrt2OverPi = -1.5957691216057308f;
-    constexpr float kCubic = 0.044715f;
-    y = g / (1.0f + expf(kMinusTwoSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
-  }
+  const float y = glu_value(kind, gate[i], up[i]);
   dst[i] = y;
   if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(threadIdx.x % 32), i / 32, q, d, s);
 }
