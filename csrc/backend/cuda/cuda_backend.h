@@ -92,11 +92,13 @@ class CudaBackend final : public Backend {
   // The quantized GLU output of matvec_glu_quantized: not act_scratch_,
   // which holds the gate/up matvec's own input while its last blocks write.
   DeviceBuffer glu_scratch_;
-  // Whether decode steps run the RoPE + KV store and the GLU in the
-  // epilogues of the matvecs before them (MUSER_CUDA_FUSE=0 at construction
-  // turns it off: the same bits, one more launch per layer each, for
-  // benchmarks and the tests that compare both).
-  bool fuse_epilogues_ = true;
+  // How much of a decode step runs inside its matvec launches (the same
+  // bits at every level; MUSER_CUDA_FUSE at construction, for benchmarks and
+  // the tests that compare them): 0 none; 1 the RoPE + KV store and the GLU
+  // in the epilogues of the matvecs before them; 2 (default) also, on small
+  // rows, each norm in the prologue of the matvec after it and the residual
+  // add in the epilogue of the matvec before it.
+  int fuse_level_ = 2;
   PinnedBuffer logits_host_;
   // Per-step values: pinned staging and its device copy (fixed size, for
   // kMaxStepRows rows, so captured graphs never see them move).
