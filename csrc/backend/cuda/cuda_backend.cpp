@@ -93,7 +93,7 @@ std::vector<float> widen_vector(const WeightDesc& w) {
 
 CudaBackend::CudaBackend() {
   const char* fuse = std::getenv("MUSER_CUDA_FUSE");
-  if (fuse != nullptr && (std::string(fuse) == "0" || std::string(fuse) == "1")) fuse_level_ = fuse[0] - '0';
+  fuse_epilogues_ = fuse != nullptr && std::string(fuse) == "1";
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -387,7 +387,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   // would run (ops i + 3..i + 5), in a form matvec_rope_kv runs in the
   // matvec's epilogue: normal-style RoPE over every head of q and k.
   auto fuses_rope_kv = [&](size_t i, DType type, size_t n_rows) -> bool {
-    if (fuse_level_ < 1 || i + 5 >= graph.ops.size() || graph.ops[i + 3].kind != OpKind::Rope) return false;
+    if (!fuse_epilogues_ || i + 5 >= graph.ops.size() || graph.ops[i + 3].kind != OpKind::Rope) return false;
     if (!ropes_pair(i + 3) || !stores_rotated_k(i + 3)) return false;
     const Op& rq = graph.ops[i + 3];
     const Op& rk = graph.ops[i + 4];
@@ -404,7 +404,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   // the Glu of their outputs whose rows the next matmul reads as Q8_0 /
   // Q8_1: matvec_glu_quantized runs it in the matvec's epilogue.
   auto fuses_glu = [&](size_t i, DType type, size_t n_rows) -> bool {
-    if (fuse_level_ < 1 || i + 2 >= graph.ops.size()) return false;
+    if (!fuse_epilogues_ || i + 2 >= graph.ops.size()) return false;
     const Op& glu_op = graph.ops[i + 2];
     if (glu_op.kind != OpKind::Glu || glu_op.src[0] != graph.ops[i].dst || glu_op.src[1] != graph.ops[i + 1].dst) {
       return false;
@@ -415,44 +415,6 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
            glu_scratch_.bytes() >= activation_bytes(ActivationFormat::Q8_1, n_rows, width) &&
            matvec_glu_fits(type, width, width, quantized_by_op(i + 2), n_rows);
   };
-
-  // Whether op i, an RmsNorm of whole rows into another tensor, can run in
-  // the prologue of the matmul launch at op i + 1 (the matmuls reading its
-  // output): small rows and weight types matvec_norm_in_fits takes.
-  auto norm_defers = [&](size_t i) -> bool {
-    if (fuse_level_ < 2 || i + 1 >= graph.ops.size()) return false;
-    const Op& op = graph.ops[i];
-    if (op.kind != OpKind::RmsNorm || op.src[0] == op.dst) return false;
-    const TensorDesc& out = graph.tensor(op.dst);
-    if (op.p.group != 0 && op.p.group != out.cols) return false;
-    const Op& next = graph.ops[i + 1];
-    if (next.kind != OpKind::MatMul || next.src[1] != op.dst) return false;
-    const DeviceWeight& w = weight_[graph.tensor(next.src[0]).weight];
-    if (w.ne0 != out.cols || graph.tensor(next.dst).rows != out.rows) return false;
-    const size_t count = shares_input(i + 1);
-    size_t n_out = 0;
-    for (size_t j = 0; j < count; ++j) n_out += weight_[graph.tensor(graph.ops[i + 1 + j].src[0]).weight].ne1;
-    return matvec_norm_in_fits(w.type, out.cols, n_out, out.rows);
-  };
-  // Whether the matmul at op i (alone in its launch) is followed by the
-  // residual add of its output into x (in place) and then by a norm that
-  // defers to the next matmul: matvec_residual adds in its epilogue, so the
-  // two launches (add + norm, then matmul) become one.
-  auto residual_defers = [&](size_t i, DType type, size_t n_rows) -> bool {
-    if (fuse_level_ < 2 || i + 2 >= graph.ops.size()) return false;
-    const Op& mm = graph.ops[i];
-    const Op& add = graph.ops[i + 1];
-    if (add.kind != OpKind::Add || add.dst != add.src[0] || add.src[1] != mm.dst || add.dst == mm.dst ||
-        mm.src[1] == add.dst) {
-      return false;
-    }
-    const TensorDesc& sum = graph.tensor(add.dst);
-    const TensorDesc& y = graph.tensor(mm.dst);
-    return sum.kind == TensorKind::Activation && sum.rows == y.rows && sum.cols == y.cols && y.rows == n_rows &&
-           matvec_residual_fits(type, n_rows) && graph.ops[i + 2].src[0] == add.dst && norm_defers(i + 2);
-  };
-  // The RmsNorm op whose work the next matmul launch does in its prologue.
-  size_t deferred_norm = graph.ops.size();
 
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
@@ -473,17 +435,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
       }
       case OpKind::MatMul: {
         const DeviceWeight& w = weight_[graph.tensor(op.src[0]).weight];
-        // The norm before this launch, when it runs in the launch's prologue
-        // (the matvec then reads no quantized input).
-        const bool norm_in = deferred_norm + 1 == i;
-        NormIn norm;
-        if (norm_in) {
-          const Op& norm_op = graph.ops[deferred_norm];
-          norm = {act(c, norm_op.src[0]), weight_f32(norm_op.src[1]), norm_op.p.eps, act(c, norm_op.dst)};
-        }
-        static const ActivationView kNoView;
-        const ActivationView& x =
-            norm_in ? kNoView : quantized(c, graph, op.src[1], w.ne0, activation_format(w.type));
+        const ActivationView& x = quantized(c, graph, op.src[1], w.ne0, activation_format(w.type));
         // This matmul and the next ones reading the same x with weights of
         // the same type and row length (a layer's q, k, v; gate and up) in
         // one matvec_targets call: one launch for a decode group.
@@ -509,11 +461,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
           tail.n_layer = n_layer;
           tail.layer = store.p.layer;
           tail.ring = ring_layer[store.p.layer];
-          if (norm_in) {
-            matvec_rope_kv_norm_in(w.type, targets, norm, w.ne0, dst->rows, tail, stream_);
-          } else {
-            matvec_rope_kv(w.type, targets, x, dst->rows, tail, stream_);
-          }
+          matvec_rope_kv(w.type, targets, x, dst->rows, tail, stream_);
           ran = 6;
           break;
         }
@@ -521,36 +469,17 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
           // gate, up, the GLU and its quantization for the down matmul in one launch.
           const Op& glu_op = graph.ops[i + 2];
           const ActivationFormat f = quantized_by_op(i + 2);
-          const Glu kind = glu_op.p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh;
           made_here.source = glu_op.dst;
-          made_here.view = norm_in ? matvec_glu_quantized_norm_in(w.type, targets, norm, w.ne0, dst->rows, kind,
-                                                                  act(c, glu_op.dst), f, glu_scratch_.get(),
-                                                                  glu_counters_.as<unsigned>(), stream_)
-                                   : matvec_glu_quantized(w.type, targets, x, dst->rows, kind, act(c, glu_op.dst),
-                                                          f, glu_scratch_.get(), glu_counters_.as<unsigned>(),
-                                                          stream_);
+          made_here.view = matvec_glu_quantized(
+              w.type, targets, x, dst->rows, glu_op.p.glu == GluKind::Silu ? Glu::Silu : Glu::GeluTanh,
+              act(c, glu_op.dst), f, glu_scratch_.get(), glu_counters_.as<unsigned>(), stream_);
           ran = 3;
-          break;
-        }
-        if (norm_in) {
-          matvec_norm_in(w.type, targets, ran, norm, w.ne0, dst->rows, stream_);
-          break;
-        }
-        if (ran == 1 && residual_defers(i, w.type, dst->rows)) {
-          // The output / down projection and the residual add after it (the
-          // norm after that runs in the next matmul's prologue).
-          matvec_residual(w.type, targets[0], x, dst->rows, act(c, graph.ops[i + 1].dst), stream_);
-          ran = 2;
           break;
         }
         matvec_targets(w.type, targets, ran, x, dst->rows, stream_);
         break;
       }
       case OpKind::RmsNorm: {
-        if (norm_defers(i)) {
-          deferred_norm = i;  // the next matmul launch normalizes its own input
-          break;
-        }
         const ActivationFormat f = quantized_by_op(i);
         if (f != ActivationFormat::F32) {
           made_here.source = op.dst;

@@ -268,35 +268,6 @@ ActivationView matvec_glu_quantized(DType type, const MatvecTarget* gate_up, con
                                     Glu kind, float* dst, ActivationFormat format, void* scratch, unsigned* counters,
                                     void* stream);
 
-// The residual add after a decode matvec (an output or down projection),
-// in its epilogue: y as matvec_targets writes it, then residual (n_rows,
-// n_out) += y with the bits add writes (target.ld_y must be its n_out).
-bool matvec_residual_fits(DType type, size_t n_rows);
-void matvec_residual(DType type, const MatvecTarget& target, const ActivationView& x, size_t n_rows, float* residual,
-                     void* stream);
-
-// The rms_norm before a decode matvec, computed by every block of the
-// matvec launch (ops_matvec_fused_norm.cu): out = rms_norm(x) * weight as
-// rms_norm writes it (stored once), and the matvec reads it quantized to
-// Q8_0 exactly as rms_norm_quantized writes it. For small rows only
-// (matvec_norm_in_fits): each block repeats the norm.
-struct NormIn {
-  const float* x = nullptr;       // (n_rows, k)
-  const float* weight = nullptr;  // (k) or null
-  float eps = 0.0f;
-  float* out = nullptr;           // (n_rows, k); may not be x
-};
-bool matvec_norm_in_fits(DType type, size_t k, size_t n_out_total, size_t n_rows);
-// matvec_targets, matvec_rope_kv and matvec_glu_quantized of x =
-// rms_norm(norm) (rows of k), each one launch with the same bits.
-void matvec_norm_in(DType type, const MatvecTarget* targets, size_t count, const NormIn& norm, size_t k,
-                    size_t n_rows, void* stream);
-void matvec_rope_kv_norm_in(DType type, const MatvecTarget* qkv, const NormIn& norm, size_t k, size_t n_rows,
-                            const RopeKvTail& tail, void* stream);
-ActivationView matvec_glu_quantized_norm_in(DType type, const MatvecTarget* gate_up, const NormIn& norm, size_t k,
-                                            size_t n_rows, Glu kind, float* dst, ActivationFormat format,
-                                            void* scratch, unsigned* counters, void* stream);
-
 // The tensor-core GEMM of prefill (ops_gemm_mma.cu). matvec hands calls of
 // kGemmMinRows rows or more to gemm_mma, which takes Q4_0, Q4_1, Q5_0, Q5_1
 // and Q8_0 weights; other types and refused matrices run matvec's tiles of

@@ -140,23 +140,10 @@ struct DecodeTargets {
 //   kEpilogueGlu     targets gate, up: stores them; the last block to finish
 //                    each 32 columns (a counter per 32 columns says which)
 //                    writes glu(gate, up) of those columns and its Q8_0 /
-//                    Q8_1 quantization, as glu_quantized does;
-//   kEpilogueResidual  one target: stores it and adds it to the residual
-//                    rows (residual += y, the bits add writes).
+//                    Q8_1 quantization, as glu_quantized does.
 constexpr int kEpilogueNone = 0;
 constexpr int kEpilogueRopeKv = 1;
 constexpr int kEpilogueGlu = 2;
-constexpr int kEpilogueResidual = 3;
-
-// The norm prologue (kNormIn): instead of reading quantized activations,
-// each block computes the rms_norm of the rows it needs, quantized (Q8_0)
-// into shared memory, as rms_norm_quantized would have written them, and
-// reads its activations from there. Rows of at most kNormInMaxWidth
-// elements: a block's 4 warps then stand in for rms_norm_kernel's block
-// (norm_threads(width) <= 128 threads) and every lane's units fit in one
-// pass of the matvec loop, so its weights still load before the wait.
-constexpr int kNormInMaxWidth = 1024;
-constexpr int kNormInPerThread = 16;  // rms_norm_kernel's kNormPerThread
 
 struct DecodeEpilogue {
   // kEpilogueRopeKv
@@ -175,64 +162,7 @@ struct DecodeEpilogue {
   int8_t* q = nullptr;
   float* d = nullptr;
   float* s = nullptr;
-  // kEpilogueResidual: rows (n_rows, n_out)
-  float* residual = nullptr;
-  // kNormIn: rms_norm of norm_x (n_rows, k) times norm_w (null: none) with
-  // norm_eps, by norm_threads threads of rms_norm_kernel's layout; block 0
-  // also stores the float rows to norm_out.
-  const float* norm_x = nullptr;
-  const float* norm_w = nullptr;
-  float norm_eps = 0.0f;
-  unsigned norm_threads = 0;
-  float* norm_out = nullptr;
 };
-
-// The norm prologue for row r: rms_norm_kernel's arithmetic, thread for
-// thread (threads t < norm_threads; the others only cross the barriers),
-// quantized to q / d as its kQuant 1 path writes them. All the block's
-// threads call it. Not inlined: one copy serves every kernel of a file
-// (inlined into each, its unrolled loops took minutes to compile).
-__device__ __noinline__ void norm_in_row(const DecodeEpilogue& e, size_t width, int r, bool store_out,
-                                            int8_t* q, float* d, double* partial, float* scale_s) {
-  const unsigned n = e.norm_threads, t = threadIdx.x;
-  const float* xr = e.norm_x + r * width;
-  float v[kNormInPerThread], wv[kNormInPerThread];
-  double sum = 0.0;
-  if (t < n) {
-#pragma unroll
-    for (int j = 0; j < kNormInPerThread; ++j) {
-      const size_t i = t + j * n;
-      v[j] = i < width ? xr[i] : 0.0f;
-      wv[j] = i < width && e.norm_w != nullptr ? e.norm_w[i] : 1.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kNormInPerThread; ++j) sum += static_cast<double>(v[j]) * static_cast<double>(v[j]);
-  }
-  sum = warp_sum(sum);
-  if (t < n && t % 32 == 0) partial[t / 32] = sum;
-  __syncthreads();
-  if (t < 32) {
-    double total = t < n / 32 ? partial[t] : 0.0;
-    total = warp_sum(total);
-    if (t == 0) {
-      const float mean = static_cast<float>(total / static_cast<double>(width));
-      *scale_s = 1.0f / sqrtf(mean + e.norm_eps);
-    }
-  }
-  __syncthreads();
-  const float scale = *scale_s;
-  if (t < n) {
-#pragma unroll
-    for (int j = 0; j < kNormInPerThread; ++j) {
-      const size_t i = t + j * n;
-      if (i < width) {
-        const float yv = e.norm_w != nullptr ? (v[j] * scale) * wv[j] : v[j] * scale;
-        if (store_out) e.norm_out[r * width + i] = yv;
-        quantize_block32<false>(yv, static_cast<int>(t % 32), i / 32, q, d, nullptr);
-      }
-    }
-  }
-}
 
 // The element rotated by RoPE as rope_kernel rotates it: `self` is element
 // `dim` (< n_rot) of its head, `other` the other element of its pair.
@@ -247,7 +177,7 @@ __device__ __forceinline__ float rope_rotate(float self, float other, uint32_t d
 // Warp g of a target owns its weight rows [g * kWarpRows, (g + 1) *
 // kWarpRows) for all kRows rows of x. Weight rows past n_out (the target's
 // last warp's) read the last row and store nothing.
-template <typename T, int kRows, int kWarpRows, int kUnroll, bool kWide, int kEpilogue, bool kNormIn = false>
+template <typename T, int kRows, int kWarpRows, int kUnroll, bool kWide, int kEpilogue>
 __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
     matvec_decode_kernel(DecodeTargets targets, size_t row_bytes, int n_units, ActivationView x,
                          DecodeEpilogue epilogue) {
@@ -265,7 +195,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
   // With an epilogue every warp reaches the block's barriers: a warp past
   // n_out (only in a target's last block) computes its clamped rows and
   // stores nothing.
-  if constexpr (kEpilogue == kEpilogueNone && !kNormIn) {
+  if constexpr (kEpilogue == kEpilogueNone) {
     if (n0 >= n_out) return;
   }
   const int lane = threadIdx.x % 32;
@@ -281,39 +211,28 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  if constexpr (kNormIn) {
-    // One pass (n_units <= 32 * kUnroll, checked by the launcher): the
-    // weights load first, the norm after the wait, the sums in the order
-    // of the loop below.
-    static_assert(T::kFormat == ActivationFormat::Q8_0, "the norm prologue quantizes to Q8_0");
-    __shared__ __align__(16) int8_t norm_q[kRows][kNormInMaxWidth];
-    __shared__ float norm_d[kRows][kNormInMaxWidth / 32];
-    __shared__ double norm_partial[kDecodeWarpsPerBlock];
-    __shared__ float norm_scale;
+  // Nothing read before dependent_launch_begin() is written by an earlier
+  // kernel (weights are uploaded once), so under programmatic dependent
+  // launch a lane's first weight loads are in flight while the previous
+  // kernel finishes; the activations are read only after the wait. Launched
+  // normally, the wait and the trigger return at once. A lane without units
+  // (short rows) has nothing to load first.
+  if (lane >= n_units) dependent_launch_begin();
+  for (int base = lane; base < n_units; base += 32 * kUnroll) {
     typename T::Unit unit[kUnroll][kWarpRows];
 #pragma unroll
     for (int s = 0; s < kUnroll; ++s) {
-      const int u = lane + 32 * s;
+      const int u = base + 32 * s;
       if (u < n_units) {
 #pragma unroll
         for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
       }
     }
-    dependent_launch_begin();
-    const size_t width = x.k;
-#pragma unroll 1
-    for (int r = 0; r < kRows; ++r) {
-      norm_in_row(epilogue, width, r, b == 0, norm_q[r], norm_d[r], norm_partial, &norm_scale);
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      act[r].q = reinterpret_cast<const int*>(norm_q[r]);
-      act[r].d = norm_d[r];
-    }
-    __syncthreads();
+    if (base == lane) dependent_launch_begin();
+    // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
     for (int s = 0; s < kUnroll; ++s) {
-      const int u = lane + 32 * s;
+      const int u = base + 32 * s;
       if (u < n_units) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
@@ -322,52 +241,14 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
         }
       }
     }
-  } else {
-    // Nothing read before dependent_launch_begin() is written by an earlier
-    // kernel (weights are uploaded once), so under programmatic dependent
-    // launch a lane's first weight loads are in flight while the previous
-    // kernel finishes; the activations are read only after the wait. Launched
-    // normally, the wait and the trigger return at once. A lane without units
-    // (short rows) has nothing to load first.
-    if (lane >= n_units) dependent_launch_begin();
-    for (int base = lane; base < n_units; base += 32 * kUnroll) {
-      typename T::Unit unit[kUnroll][kWarpRows];
-#pragma unroll
-      for (int s = 0; s < kUnroll; ++s) {
-        const int u = base + 32 * s;
-        if (u < n_units) {
-#pragma unroll
-          for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
-        }
-      }
-      if (base == lane) dependent_launch_begin();
-      // Units in increasing order per output, as the prefill kernel sums them.
-#pragma unroll
-      for (int s = 0; s < kUnroll; ++s) {
-        const int u = base + 32 * s;
-        if (u < n_units) {
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-            for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(unit[s][j], act[r], u);
-          }
-        }
-      }
-    }
   }
-  if constexpr (kEpilogue == kEpilogueNone || kEpilogue == kEpilogueResidual) {
+  if constexpr (kEpilogue == kEpilogueNone) {
 #pragma unroll
     for (int j = 0; j < kWarpRows; ++j) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const float total = warp_sum(acc[j][r]);
-        if (lane == 0 && n0 + j < n_out) {
-          y[r * ld_y + n0 + j] = total;
-          if constexpr (kEpilogue == kEpilogueResidual) {
-            float* res = epilogue.residual + r * n_out + n0 + j;
-            *res = *res + total;
-          }
-        }
+        if (lane == 0 && n0 + j < n_out) y[r * ld_y + n0 + j] = total;
       }
     }
     return;
@@ -447,7 +328,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
   }
 }
 
-template <typename T, int kRows, int kWarpRows, int kUnroll, int kEpilogue, bool kNormIn = false>
+template <typename T, int kRows, int kWarpRows, int kUnroll, int kEpilogue>
 void launch_decode(const MatvecTarget* targets, size_t count, const ActivationView& x, bool wide,
                    const DecodeEpilogue& epilogue, cudaStream_t stream) {
   const size_t k = x.k;
@@ -472,130 +353,38 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
     if (wide && aligned) {
-      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true, kEpilogue, kNormIn>, blocks,
+      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true, kEpilogue>, blocks,
                        kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x, epilogue);
       launched = true;
     }
   }
   if (!launched) {
-    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false, kEpilogue, kNormIn>, blocks,
+    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false, kEpilogue>, blocks,
                      kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x, epilogue);
   }
   check_launch("matvec (decode)");
 }
 
-template <typename T, int kRows, int kEpilogue = kEpilogueNone, bool kNormIn = false>
+template <typename T, int kRows, int kEpilogue = kEpilogueNone>
 bool launch_config(const DecodeConfig& c, const MatvecTarget* targets, size_t count, const ActivationView& x,
                    cudaStream_t stream, const DecodeEpilogue& epilogue = {}) {
   if (!decode_config_exists(c)) return false;
   if (c.warp_rows == 1) {
-    launch_decode<T, kRows, 1, 1, kEpilogue, kNormIn>(targets, count, x, c.wide, epilogue, stream);
+    launch_decode<T, kRows, 1, 1, kEpilogue>(targets, count, x, c.wide, epilogue, stream);
   } else if constexpr (T::kFormat == ActivationFormat::F32) {
     // A float unit is 32 registers: the larger configs would spill, so
     // float weights hold two units per lane at most.
-    launch_decode<T, kRows, 2, 1, kEpilogue, kNormIn>(targets, count, x, c.wide, epilogue, stream);
+    launch_decode<T, kRows, 2, 1, kEpilogue>(targets, count, x, c.wide, epilogue, stream);
   } else if (c.warp_rows == 2 && c.unroll == 1) {
-    launch_decode<T, kRows, 2, 1, kEpilogue, kNormIn>(targets, count, x, c.wide, epilogue, stream);
+    launch_decode<T, kRows, 2, 1, kEpilogue>(targets, count, x, c.wide, epilogue, stream);
   } else if (c.warp_rows == 2) {
-    launch_decode<T, kRows, 2, 2, kEpilogue, kNormIn>(targets, count, x, c.wide, epilogue, stream);
+    launch_decode<T, kRows, 2, 2, kEpilogue>(targets, count, x, c.wide, epilogue, stream);
   } else if (c.unroll == 1) {
-    launch_decode<T, kRows, 4, 1, kEpilogue, kNormIn>(targets, count, x, c.wide, epilogue, stream);
+    launch_decode<T, kRows, 4, 1, kEpilogue>(targets, count, x, c.wide, epilogue, stream);
   } else {
-    launch_decode<T, kRows, 4, 2, kEpilogue, kNormIn>(targets, count, x, c.wide, epilogue, stream);
+    launch_decode<T, kRows, 4, 2, kEpilogue>(targets, count, x, c.wide, epilogue, stream);
   }
   return true;
-}
-
-// The weight types with fused launches (ops_matvec_fused*.cu); the norm
-// prologue only takes those whose activations are Q8_0.
-template <typename F>
-bool dispatch_fused_type(DType type, F&& f) {
-  switch (type) {
-    case DType::Q4_0: f.template operator()<TypeQ4_0>(); return true;
-    case DType::Q8_0: f.template operator()<TypeQ8_0>(); return true;
-    case DType::Q4_K: f.template operator()<TypeQ4_K>(); return true;
-    default: return false;
-  }
-}
-
-// One fused launch with decode_config's config for the targets together.
-template <int kEpilogue, bool kNormIn>
-void launch_fused(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
-                  const DecodeEpilogue& epilogue, cudaStream_t stream, const char* what) {
-  size_t n_out = 0;
-  for (size_t i = 0; i < count; ++i) n_out += targets[i].n_out;
-  DecodeConfig config = decode_config(type, n_out, n_rows);
-  constexpr bool kTwoConfigs = kNormIn || kEpilogue == kEpilogueResidual;
-  if constexpr (kTwoConfigs) {
-    // The launches of small models only (the norm prologue, and the residual
-    // add that comes with it): two configs (each is ~24 more kernels to
-    // compile; the bits are the same in every config), one weight row per
-    // warp, or two with two units in flight from 2,048 rows on
-    // (decode_config's rule at 3..4 rows).
-    config.warp_rows = n_out >= 2048 ? 2 : 1;
-    config.unroll = n_out >= 2048 ? 2 : 1;
-  }
-  bool ok = false;
-  const bool typed = dispatch_fused_type(type, [&]<typename T>() {
-    if constexpr (kNormIn && T::kFormat != ActivationFormat::Q8_0) {
-      return;
-    } else {
-      if (x.format != T::kFormat) return;
-      if constexpr (kTwoConfigs) {
-        const cudaStream_t st = stream;
-        auto go = [&]<int kRows>() {
-          if (config.warp_rows == 1) {
-            launch_decode<T, kRows, 1, 1, kEpilogue, kNormIn>(targets, count, x, config.wide, epilogue, st);
-          } else {
-            launch_decode<T, kRows, 2, 2, kEpilogue, kNormIn>(targets, count, x, config.wide, epilogue, st);
-          }
-        };
-        switch (n_rows) {
-          case 1: go.template operator()<1>(); break;
-          case 2: go.template operator()<2>(); break;
-          case 3: go.template operator()<3>(); break;
-          default: go.template operator()<4>(); break;
-        }
-        ok = true;
-      } else {
-        switch (n_rows) {
-          case 1: ok = launch_config<T, 1, kEpilogue, false>(config, targets, count, x, stream, epilogue); break;
-          case 2: ok = launch_config<T, 2, kEpilogue, false>(config, targets, count, x, stream, epilogue); break;
-          case 3: ok = launch_config<T, 3, kEpilogue, false>(config, targets, count, x, stream, epilogue); break;
-          default: ok = launch_config<T, 4, kEpilogue, false>(config, targets, count, x, stream, epilogue); break;
-        }
-      }
-    }
-  });
-  if (!typed || !ok) {
-    throw InternalError(std::string("[cuda ") + what + "] no fused kernel for type " + dtype_info(type).name +
-                        " with " + activation_format_name(x.format) + " activations");
-  }
-}
-
-inline DecodeEpilogue rope_kv_epilogue(const RopeKvTail& tail) {
-  DecodeEpilogue e;
-  e.kv = tail.kv;
-  e.n_layer = tail.n_layer;
-  e.layer = tail.layer;
-  e.ring = tail.ring;
-  e.head_dim = static_cast<uint32_t>(tail.head_dim);
-  e.n_rot = static_cast<uint32_t>(tail.n_rot);
-  e.positions = tail.positions;
-  e.inv_freq = tail.inv_freq;
-  e.position_scale = tail.position_scale;
-  return e;
-}
-
-inline DecodeEpilogue glu_epilogue(Glu kind, float* dst, const ActivationView& view, unsigned* counters) {
-  DecodeEpilogue e;
-  e.glu_kind = static_cast<int>(kind);
-  e.glu_out = dst;
-  e.counters = counters;
-  e.q = const_cast<int8_t*>(view.q);
-  e.d = const_cast<float*>(view.d);
-  e.s = view.format == ActivationFormat::Q8_1 ? const_cast<float*>(view.s) : nullptr;
-  return e;
 }
 
 }  // namespace

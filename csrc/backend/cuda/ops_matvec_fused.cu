@@ -1,11 +1,15 @@
 // Decode matvecs (1..4 rows) that also run the op after them in their
 // epilogue (matvec_decode_kernel.cuh): the RoPE and KV store after q/k/v,
-// the GLU and its quantization after gate/up, the residual add after the
-// output and down projections (ops_matvec_fused_norm.cu: the same with the
-// norm before them in their prologue). A decode step is a chain of
+// the GLU and its quantization after gate/up. A decode step is a chain of
 // short kernels whose boundaries (each kernel waits for its predecessor's
-// grid to complete and its writes to be flushed) cost about as much as
-// their work on small models; each fusion removes one boundary per layer.
+// grid to complete and its writes to be flushed) were thought to cost about
+// as much as their work on small models; each fusion removes one boundary
+// per layer. Measured on the H200 (smollm2-135m Q4_0, 60 launches fewer per
+// step) it gains only 1.5-3% at 1 row and 1-2% at 4: under programmatic
+// dependent launch a boundary costs ~0.5 us, and the work moved into the
+// epilogues (the RoPE's double cos/sin, the GLU's counters and tail) is
+// still on the step's critical path. So the backend takes these launches
+// only with MUSER_CUDA_FUSE=1.
 //
 // Only the types a real model's q/k/v and gate/up use most are instantiated
 // (every instantiation is another ~40 kernels to compile); other types run
@@ -16,6 +20,41 @@
 #include "core/error.h"
 
 namespace muser::cuda {
+namespace {
+
+template <typename F>
+bool dispatch_fused_type(DType type, F&& f) {
+  switch (type) {
+    case DType::Q4_0: f.template operator()<TypeQ4_0>(); return true;
+    case DType::Q8_0: f.template operator()<TypeQ8_0>(); return true;
+    case DType::Q4_K: f.template operator()<TypeQ4_K>(); return true;
+    default: return false;
+  }
+}
+
+template <int kEpilogue>
+void launch_fused(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                  const DecodeEpilogue& epilogue, cudaStream_t stream, const char* what) {
+  size_t n_out = 0;
+  for (size_t i = 0; i < count; ++i) n_out += targets[i].n_out;
+  const DecodeConfig config = decode_config(type, n_out, n_rows);
+  bool ok = false;
+  const bool typed = dispatch_fused_type(type, [&]<typename T>() {
+    if (x.format != T::kFormat) return;
+    switch (n_rows) {
+      case 1: ok = launch_config<T, 1, kEpilogue>(config, targets, count, x, stream, epilogue); break;
+      case 2: ok = launch_config<T, 2, kEpilogue>(config, targets, count, x, stream, epilogue); break;
+      case 3: ok = launch_config<T, 3, kEpilogue>(config, targets, count, x, stream, epilogue); break;
+      default: ok = launch_config<T, 4, kEpilogue>(config, targets, count, x, stream, epilogue); break;
+    }
+  });
+  if (!typed || !ok) {
+    throw InternalError(std::string("[cuda ") + what + "] no fused kernel for type " + dtype_info(type).name +
+                        " with " + activation_format_name(x.format) + " activations");
+  }
+}
+
+}  // namespace
 
 bool fused_decode_type(DType type) { return type == DType::Q4_0 || type == DType::Q8_0 || type == DType::Q4_K; }
 
@@ -31,8 +70,17 @@ void matvec_rope_kv(DType type, const MatvecTarget* qkv, const ActivationView& x
       tail.kv.tables == nullptr) {
     throw InternalError("[cuda matvec_rope_kv] needs a fused type, 1..4 rows, whole heads, an even n_rot and a KV table");
   }
-  launch_fused<kEpilogueRopeKv, false>(type, qkv, 3, x, n_rows, rope_kv_epilogue(tail),
-                                       static_cast<cudaStream_t>(stream), "matvec_rope_kv");
+  DecodeEpilogue e;
+  e.kv = tail.kv;
+  e.n_layer = tail.n_layer;
+  e.layer = tail.layer;
+  e.ring = tail.ring;
+  e.head_dim = static_cast<uint32_t>(tail.head_dim);
+  e.n_rot = static_cast<uint32_t>(tail.n_rot);
+  e.positions = tail.positions;
+  e.inv_freq = tail.inv_freq;
+  e.position_scale = tail.position_scale;
+  launch_fused<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, e, static_cast<cudaStream_t>(stream), "matvec_rope_kv");
 }
 
 size_t glu_counter_count(size_t width) { return width / 32; }
@@ -51,24 +99,16 @@ ActivationView matvec_glu_quantized(DType type, const MatvecTarget* gate_up, con
                         "(a multiple of 32), Q8_0 / Q8_1 output and counters");
   }
   const ActivationView view = activation_view(format, n_rows, width, scratch);
-  launch_fused<kEpilogueGlu, false>(type, gate_up, 2, x, n_rows, glu_epilogue(kind, dst, view, counters),
-                                    static_cast<cudaStream_t>(stream), "matvec_glu_quantized");
-  return view;
-}
-
-bool matvec_residual_fits(DType type, size_t n_rows) {
-  return fused_decode_type(type) && n_rows >= 1 && n_rows <= 4;
-}
-
-void matvec_residual(DType type, const MatvecTarget& target, const ActivationView& x, size_t n_rows, float* residual,
-                     void* stream) {
-  if (!matvec_residual_fits(type, n_rows) || target.ld_y != target.n_out) {
-    throw InternalError("[cuda matvec_residual] needs a fused type, 1..4 rows and dense output rows");
-  }
   DecodeEpilogue e;
-  e.residual = residual;
-  launch_fused<kEpilogueResidual, false>(type, &target, 1, x, n_rows, e, static_cast<cudaStream_t>(stream),
-                                         "matvec_residual");
+  e.glu_kind = static_cast<int>(kind);
+  e.glu_out = dst;
+  e.counters = counters;
+  e.q = const_cast<int8_t*>(view.q);
+  e.d = const_cast<float*>(view.d);
+  e.s = format == ActivationFormat::Q8_1 ? const_cast<float*>(view.s) : nullptr;
+  launch_fused<kEpilogueGlu>(type, gate_up, 2, x, n_rows, e, static_cast<cudaStream_t>(stream),
+                             "matvec_glu_quantized");
+  return view;
 }
 
 }  // namespace muser::cuda
