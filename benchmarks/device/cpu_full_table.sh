@@ -8,7 +8,7 @@
 # (default .cudawork/lead/pylib). Each part skips what a warm machine already built (llama.cpp, muser, models).
 # ROUNDS=N (default 1) measures every cell N times, muser and llama.cpp alternating (the host's load drifts).
 # Both sides follow llama-bench's protocol (benchmarks/device/muser_cells.py says how): single-row decode is
-# TG=N tokens (default 128) from an empty context; DEPTH=D adds a single-row decode column after D prompt
+# TG=N tokens (default 64, as the device tool ran llama-bench) from an empty context; DEPTH=D adds a single-row decode column after D prompt
 # tokens (llama-bench -d D). SPECS="model:TYPE ..." and THREADS="4 16" narrow a part to some cells.
 # Output: $OUT/table-<part>.txt; `python3 benchmarks/device/format_table.py` turns it into the markdown table
 # (the best of the rounds per side).
@@ -22,7 +22,7 @@ case $part in
   big) specs="llama3-8b:Q4_0 llama3-8b:Q4_K"; threads="16" ;;
   *) echo "unknown part $part (small|big)"; exit 2 ;;
 esac
-specs=${SPECS:-$specs}; threads=${THREADS:-$threads}; tg=${TG:-128}; depth=${DEPTH:-0}
+specs=${SPECS:-$specs}; threads=${THREADS:-$threads}; tg=${TG:-64}; depth=${DEPTH:-0}
 gen_models $specs &
 build_muser_cpu "build-$part.log" || exit 1
 export PYTHONPATH="$root/src:$root:$lib"

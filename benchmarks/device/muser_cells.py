@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("threads", type=int)
     parser.add_argument("--backend", default="cpu")
-    parser.add_argument("--tg", type=int, default=128, help="tokens per single-row decode run")
+    parser.add_argument("--tg", type=int, default=64, help="tokens per single-row decode run")
     parser.add_argument("--depth", type=int, default=0,
                         help="tokens already in the context when a decode run starts (llama-bench's -d)")
     parser.add_argument("--reps", type=int, default=2, help="timed runs per figure (llama-bench's -r)")
