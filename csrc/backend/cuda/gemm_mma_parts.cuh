@@ -132,15 +132,15 @@ __device__ __forceinline__ void push_leaf(float (&acc)[N], float (&stack)[5][N])
   }
 }
 
-// The tree stack with levels 0 and 1 (written every 2nd and 4th class) in
-// registers and levels 2..4 (every 8th class or rarer) in shared memory,
+// The tree stack with levels below kRegLevels (level 0 is written every 2nd
+// class, level 1 every 4th, ...) in registers and the upper ones in shared memory,
 // each thread its own float4 columns (conflict-free: consecutive threads,
 // consecutive 16 bytes). A level is always written before it is read (a
 // leaf of class c merges level lv only if bit lv of c is set, and class
 // c - 2^lv wrote it), so the shared part needs no clearing.
-template <int N, int kThreads>
+template <int N, int kThreads, int kRegLevelsIn = 2>
 struct TreeStack {
-  static constexpr int kRegLevels = 2;
+  static constexpr int kRegLevels = kRegLevelsIn;
   static constexpr int kSmemFloat4s = (5 - kRegLevels) * (N / 4) * kThreads;  // per block
   static_assert(N % 4 == 0, "float4 columns");
   float reg[kRegLevels][N];
@@ -151,9 +151,9 @@ struct TreeStack {
 };
 
 // push_leaf on a TreeStack: the same additions in the same order.
-template <int kLevel, int N, int kThreads>
-__device__ __forceinline__ void push_leaf(float (&acc)[N], TreeStack<N, kThreads>& stack) {
-  constexpr int kRegLevels = TreeStack<N, kThreads>::kRegLevels;
+template <int kLevel, int N, int kThreads, int kRegLevelsIn>
+__device__ __forceinline__ void push_leaf(float (&acc)[N], TreeStack<N, kThreads, kRegLevelsIn>& stack) {
+  constexpr int kRegLevels = kRegLevelsIn;
 #pragma unroll
   for (int q = 0; q < N / 4; ++q) {
     float v[4];
@@ -263,5 +263,11 @@ void launch_gemm_v1(DType type, const void* w, size_t n_out, const ActivationVie
                     size_t ld_y, cudaStream_t stream);
 void launch_gemm_v2(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
                     size_t ld_y, cudaStream_t stream);
+
+// The version whose copies are Hopper tensor-memory-access loads
+// (ops_gemm_mma_tma.cu): launches and returns true when the matrix and the
+// activations meet its alignment needs, false (nothing enqueued) otherwise.
+bool launch_gemm_tma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+                     size_t ld_y, cudaStream_t stream);
 
 }  // namespace muser::cuda::gemm

@@ -354,14 +354,15 @@ void launch_gemm_walk(const void* w, size_t n_out, const ActivationView& x, size
   check_launch("gemm_mma");
 }
 
-// The kernel version gemm_mma runs: MUSER_CUDA_GEMM=v1 or v2 (read once)
-// picks an earlier one, for before/after measurements only (all give the
-// same bits).
+// The kernel version gemm_mma runs: 4 (the TMA copies of
+// ops_gemm_mma_tma.cu, this file's kernel where TMA cannot take the matrix);
+// MUSER_CUDA_GEMM=v1, v2 or v3 (read once) picks an earlier one, for
+// before/after measurements only (all give the same bits).
 int requested_version() {
   static const int version = [] {
     const char* env = std::getenv("MUSER_CUDA_GEMM");
     const std::string v = env != nullptr ? env : "";
-    return v == "v1" ? 1 : v == "v2" ? 2 : 3;
+    return v == "v1" ? 1 : v == "v2" ? 2 : v == "v3" ? 3 : 4;
   }();
   return version;
 }
@@ -402,7 +403,9 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
   // The kernels' offsets inside a 64-row tile of either operand are 32-bit.
   if (gemm::kTileRows * std::max(row_bytes, x.k) >= (size_t{1} << 32)) return false;
   if (n_rows == 0 || n_out == 0) return true;
-  switch (gemm::requested_version()) {
+  const int version = gemm::requested_version();
+  if (version == 4 && gemm::launch_gemm_tma(type, w, n_out, x, n_rows, y, ld_y, stream)) return true;
+  switch (version) {
     case 1: gemm::launch_gemm_v1(type, w, n_out, x, n_rows, y, ld_y, stream); break;
     case 2: gemm::launch_gemm_v2(type, w, n_out, x, n_rows, y, ld_y, stream); break;
     default:
