@@ -3,15 +3,18 @@
 # Sets root, lib ($PYLIB: the pure-Python packages the device image lacks, default .cudawork/lead/pylib),
 # out ($OUT), deadline ($DEADLINE seconds for the whole check, default 300), models, bench_dir and status; el,
 # left, cap and log time the phases. Then starts what every check needs: the random-weight real-shape models
-# llama3-8b Q4_0 and smollm2-135m Q4_0 written in the background (the file names of test_cuda_engine.py's
-# fixture, so its smollm2 Q4_0 cell reuses them), and the CUDA build (sm_90) into build/cuda, its extension
-# copied into src/muser; a failed build ends the check with status 1.
+# $BENCH_MODELS (default "smollm2-135m-Q4_0 llama3-8b-Q4_0"; bench_files lists their paths) written in the
+# background (the file names of test_cuda_engine.py's fixture, so its smollm2 Q4_0 cell reuses them), and the
+# CUDA build (sm_90) into build/cuda, its extension copied into src/muser; a failed build ends the check with
+# status 1.
 set -uo pipefail
 root=$(pwd); lib=${PYLIB:-$root/.cudawork/lead/pylib}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 deadline=${DEADLINE:-300}
 models=${MUSER_CUDA_MODELS:-/tmp/muser-cuda-models}; mkdir -p "$models"
 bench_dir=/tmp/muser-bench
+bench_models=${BENCH_MODELS:-smollm2-135m-Q4_0 llama3-8b-Q4_0}
+bench_files=""; for m in $bench_models; do bench_files="$bench_files $bench_dir/$m.gguf"; done
 export MUSER_CUDA_MODELS="$models"
 start=$(date +%s); el() { echo $(( $(date +%s) - start )); }
 left() { local l=$(( deadline - $(el) )); echo $(( l > 1 ? l : 1 )); }  # timeout 0 would mean none
@@ -35,18 +38,19 @@ bench_models_ready() {
   wait "$gen" || { log "model generation failed:"; tail -5 "$out/gen.log" | tee -a "$out/results.txt"; }
   mkdir -p "$bench_dir"
   local m
-  for m in smollm2-135m-Q4_0 llama3-8b-Q4_0; do ln -sf "$models/spread-$m.gguf" "$bench_dir/$m.gguf"; done
+  for m in $bench_models; do ln -sf "$models/spread-$m.gguf" "$bench_dir/$m.gguf"; done
 }
 
 export PYTHONPATH="$root/src:$root:$lib"
 export MUSER_CUDA_TESTS=1 MUSER_CUDA_REPORT="$out/report.jsonl"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$out/results.txt"
 
-python3 - "$models" > "$out/gen.log" 2>&1 <<'PY' &
+python3 - "$models" $bench_models > "$out/gen.log" 2>&1 <<'PY' &
 import sys
 from tests.cuda.random_real_shapes import write_real_shape
-for shape, qtype in (("smollm2-135m", "Q4_0"), ("llama3-8b", "Q4_0")):
-    write_real_shape(f"{sys.argv[1]}/spread-{shape}-{qtype}.gguf", shape, qtype)
+for name in sys.argv[2:]:
+    shape, qtype = name.rsplit("-", 1)
+    write_real_shape(f"{sys.argv[1]}/spread-{name}.gguf", shape, qtype)
 PY
 gen=$!
 

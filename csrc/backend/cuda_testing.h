@@ -110,6 +110,14 @@ struct AttentionCase {
   size_t ring_rows = 0;
   size_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, window = 0;
   float scale = 1.0f;
+  // Which kernel (cuda::AttentionKernel): what the backend picks for this
+  // row count, the decode kernel or the prefill kernel; and the prefill
+  // kernel's warps per block (0: its default).
+  enum class Kernel { Auto, Decode, Prefill } kernel = Kernel::Auto;
+  int prefill_warps = 0;
+  // Row r reads copy r % plane_copies of the planes (same contents, other
+  // memory): rows of several sessions in one launch.
+  size_t plane_copies = 1;
 };
 // Runs the attention of c over all its rows, then over its first n rows for
 // each n of later_row_counts, all on one scratch, and raises InternalError

@@ -78,6 +78,25 @@ cuda_testing::AttentionCase attention_case(const U16s2D& k_plane, const U16s2D& 
   return c;
 }
 
+// The attention kernel named by a test or benchmark ("auto", "decode" or
+// "prefill"), with the prefill kernel's warps per block (0: its default).
+void choose_attention_kernel(cuda_testing::AttentionCase& c, const std::string& kernel, int prefill_warps) {
+  using Kernel = cuda_testing::AttentionCase::Kernel;
+  if (kernel == "auto") {
+    c.kernel = Kernel::Auto;
+  } else if (kernel == "decode") {
+    c.kernel = Kernel::Decode;
+  } else if (kernel == "prefill") {
+    c.kernel = Kernel::Prefill;
+  } else {
+    throw InvalidArgument("[testing] attention kernel must be auto, decode or prefill, got '" + kernel + "'");
+  }
+  if (prefill_warps < 0 || prefill_warps > 16) {
+    throw InvalidArgument("[testing] attention prefill_warps must be 0..16, got " + std::to_string(prefill_warps));
+  }
+  c.prefill_warps = prefill_warps;
+}
+
 }  // namespace
 
 void bind_testing_cuda(nb::module_& m) {
@@ -340,9 +359,12 @@ void bind_testing_cuda(nb::module_& m) {
   m.def(
       "cuda_attention",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
-         size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window, float scale) {
-        const cuda_testing::AttentionCase c =
+         size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window, float scale, const std::string& kernel,
+         int prefill_warps, size_t plane_copies) {
+        cuda_testing::AttentionCase c =
             attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, ring_rows, window, scale);
+        choose_attention_kernel(c, kernel, prefill_warps);
+        c.plane_copies = plane_copies;
         std::vector<float> out;
         {
           nb::gil_scoped_release release;
@@ -352,7 +374,10 @@ void bind_testing_cuda(nb::module_& m) {
       },
       nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
       nb::arg("n_head_kv"), nb::arg("ring_rows") = 0, nb::arg("window") = 0, nb::arg("scale") = 1.0f,
-      "Attention of query rows at `positions` over one layer's f16 K/V planes (raw bits), on the GPU.");
+      nb::arg("kernel") = "auto", nb::arg("prefill_warps") = 0, nb::arg("plane_copies") = 1,
+      "Attention of query rows at `positions` over one layer's f16 K/V planes (raw bits), on the GPU; kernel: "
+      "auto (the backend's choice for this row count), decode or prefill (prefill_warps warps per block, 0: its "
+      "default); row r reads copy r % plane_copies (1..8) of the planes (rows of several sessions).");
   m.def(
       "cuda_attention_on_shared_scratch",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
@@ -370,10 +395,11 @@ void bind_testing_cuda(nb::module_& m) {
       "cuda_attention_quantized",
       [](const std::string& format_name, const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q,
          std::vector<int32_t> positions, size_t n_head, size_t n_head_kv, size_t ring_rows, size_t window,
-         float scale) {
+         float scale, const std::string& kernel) {
         const ActivationFormat format = format_of(format_name);
-        const cuda_testing::AttentionCase c =
+        cuda_testing::AttentionCase c =
             attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, ring_rows, window, scale);
+        choose_attention_kernel(c, kernel, 0);
         cuda_testing::NormQuantized r;
         {
           nb::gil_scoped_release release;
@@ -386,20 +412,23 @@ void bind_testing_cuda(nb::module_& m) {
       },
       nb::arg("format"), nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"),
       nb::arg("n_head"), nb::arg("n_head_kv"), nb::arg("ring_rows") = 0, nb::arg("window") = 0,
-      nb::arg("scale") = 1.0f,
-      "(out, q, d, s): the attention and its output quantized (Q8_0/Q8_1) in the same launch, on the GPU.");
+      nb::arg("scale") = 1.0f, nb::arg("kernel") = "auto",
+      "(out, q, d, s): the attention and its output quantized (Q8_0/Q8_1) in the same launch, on the GPU; kernel "
+      "as for cuda_attention.");
   m.def(
       "cuda_time_attention",
       [](const U16s2D& k_plane, const U16s2D& v_plane, const Floats2D& q, std::vector<int32_t> positions,
-         size_t n_head, size_t n_head_kv, int reps) {
-        const cuda_testing::AttentionCase c =
+         size_t n_head, size_t n_head_kv, int reps, const std::string& kernel, int prefill_warps) {
+        cuda_testing::AttentionCase c =
             attention_case(k_plane, v_plane, q, std::move(positions), n_head, n_head_kv, 0, 0, 1.0f);
+        choose_attention_kernel(c, kernel, prefill_warps);
         nb::gil_scoped_release release;
         return cuda_testing::attention_time_us(c, reps);
       },
       nb::arg("k_plane"), nb::arg("v_plane"), nb::arg("q"), nb::arg("positions"), nb::arg("n_head"),
-      nb::arg("n_head_kv"), nb::arg("reps") = 20,
-      "Mean microseconds of one attention launch (global layout) with the KV evicted from L2 before each.");
+      nb::arg("n_head_kv"), nb::arg("reps") = 20, nb::arg("kernel") = "auto", nb::arg("prefill_warps") = 0,
+      "Mean microseconds of one attention call (global layout; its launches, 64 rows each) with the KV evicted "
+      "from L2 before each; kernel as for cuda_attention.");
   m.def(
       "cuda_matvec_groups",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, size_t group_rows) {

@@ -87,12 +87,13 @@ def test_every_decode_config_gives_each_row_the_bits_of_the_prefill_tiles(qtype,
 
 
 @pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.Q8_0, GT.F16], ids=lambda q: q.name)
-@pytest.mark.parametrize("n_out", [1, 1030, 3000, 8195])
+@pytest.mark.parametrize("n_out", [1, 1030, 3000, 4100, 8195, 65540])
 def test_the_decode_config_matvec_picks_keeps_rows_bitwise_at_every_matrix_height(qtype, n_out):
     """matvec picks its decode config from the type, n_out and the group
-    size (one weight row per warp below 2048 or 8192 rows, 2 or 4 above):
-    across those heights a row is bitwise the same alone, in groups of 2..4
-    and in a prefill tile."""
+    size (one weight row per warp below 2048 or 8192 rows, 2 or 4 above,
+    Q4_0 and Q4_K with their own bands from 4096 and 65536 rows): across
+    those heights a row is bitwise the same alone, in groups of 2..4 and in
+    a prefill tile."""
     k = 256
     rng = np.random.default_rng(n_out + id_of(qtype))
     raw = random_matrix(qtype, k, n_out, rng)
@@ -199,10 +200,10 @@ def test_rms_norm_matches_numpy():
     np.testing.assert_allclose(gpu, ref, rtol=2e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("width", [64, 128, 576, 1000, 2048, 4096, 4100, 5376, 8192])
+@pytest.mark.parametrize("width", [64, 128, 576, 1000, 2048, 4096, 4100, 5376, 8192, 16384, 16500])
 def test_rms_norm_at_every_block_size_and_rows_are_independent(width):
-    """Widths below, at and past the 4-per-thread register span of the
-    largest block (4096), odd warp counts, and a width not a multiple of 32."""
+    """Widths below, at and past the 16-per-thread register span of the
+    largest block (16384), odd warp counts, and a width not a multiple of 32."""
     rng = np.random.default_rng(width)
     x = (rng.standard_normal((6, width)) * rng.uniform(0.01, 30, (6, 1))).astype(np.float32)
     w = rng.uniform(0.5, 1.5, width).astype(np.float32)

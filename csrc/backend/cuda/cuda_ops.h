@@ -211,14 +211,24 @@ struct AttentionShape {
 // scratch once with clear_attention_scratch; every call leaves them zero.
 size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows);
 void clear_attention_scratch(void* scratch, size_t bytes, void* stream);
+// Which kernel runs it: the decode kernel (attention_partial_kernel: one
+// block per (row, query head, split)), the prefill kernel (a block stages
+// each K/V position once for several rows and the query heads of a KV head;
+// at most 16 query heads per KV head), or Auto: prefill from 5 rows on when
+// it takes the layout. Every row's result is bitwise the same from both;
+// the choice is for speed (and tests). prefill_warps: warps per block of the
+// prefill kernel (1..16, 0: its default of 8), for benchmarks and tests;
+// the bits do not depend on it either.
+enum class AttentionKernel { Auto, Decode, Prefill };
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
-               void* scratch, void* stream);
+               void* scratch, void* stream, AttentionKernel kernel = AttentionKernel::Auto, int prefill_warps = 0);
 // attention that also quantizes its output rows for the matvec that reads
 // them, as rms_norm_quantized does (Q8_0 / Q8_1, head_dim_v % 32 == 0):
 // one launch instead of attention's and the quantization's.
 ActivationView attention_quantized(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows,
                                    float* out, void* scratch, ActivationFormat format, void* q_scratch,
-                                   void* stream);
+                                   void* stream, AttentionKernel kernel = AttentionKernel::Auto,
+                                   int prefill_warps = 0);
 
 // The tensor-core GEMM of prefill (ops_gemm_mma.cu). matvec hands calls of
 // kGemmMinRows rows or more to gemm_mma, which takes Q4_0, Q4_1, Q5_0, Q5_1

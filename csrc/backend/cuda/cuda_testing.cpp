@@ -464,6 +464,15 @@ namespace {
 // launch must give the first one's bits: the scratch's per-(row, head)
 // counters decide which block folds the partials, and a launch that left
 // them dirty would leave the next one's output unwritten.
+cuda::AttentionKernel kernel_of(const AttentionCase& c) {
+  switch (c.kernel) {
+    case AttentionCase::Kernel::Decode: return cuda::AttentionKernel::Decode;
+    case AttentionCase::Kernel::Prefill: return cuda::AttentionKernel::Prefill;
+    case AttentionCase::Kernel::Auto: break;
+  }
+  return cuda::AttentionKernel::Auto;
+}
+
 std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
                                  ActivationFormat format = ActivationFormat::F32, QuantizedRows* quantized = nullptr,
                                  const std::vector<size_t>* later_row_counts = nullptr) {
@@ -479,12 +488,18 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
     if (p < 0 || rows_needed > c.plane_rows) throw InvalidArgument("[cuda testing] attention: position outside the planes");
   }
   Stream stream;
-  DeviceBuffer dk = upload(c.k_plane.data(), c.k_plane.size(), "k plane");
-  DeviceBuffer dv = upload(c.v_plane.data(), c.v_plane.size(), "v plane");
-  // One layer: the session table holds {K plane, V plane}.
-  const uint16_t* table_host[2] = {dk.as<uint16_t>(), dv.as<uint16_t>()};
-  DeviceBuffer dtable = upload(table_host, 2, "table");
-  std::vector<const uint16_t* const*> tables(n_rows, dtable.as<const uint16_t* const>());
+  if (c.plane_copies == 0 || c.plane_copies > 8) throw InvalidArgument("[cuda testing] attention: 1..8 plane copies");
+  // One layer per session: its table holds {K plane, V plane}; row r is
+  // session r % plane_copies.
+  std::vector<DeviceBuffer> planes, session_tables;
+  for (size_t i = 0; i < c.plane_copies; ++i) {
+    planes.push_back(upload(c.k_plane.data(), c.k_plane.size(), "k plane"));
+    planes.push_back(upload(c.v_plane.data(), c.v_plane.size(), "v plane"));
+    const uint16_t* table_host[2] = {planes[2 * i].as<uint16_t>(), planes[2 * i + 1].as<uint16_t>()};
+    session_tables.push_back(upload(table_host, 2, "table"));
+  }
+  std::vector<const uint16_t* const*> tables(n_rows);
+  for (size_t r = 0; r < n_rows; ++r) tables[r] = session_tables[r % c.plane_copies].as<const uint16_t* const>();
   DeviceBuffer dtables = upload(tables.data(), n_rows, "tables");
   std::vector<int32_t> ring(n_rows, static_cast<int32_t>(c.ring_rows));
   DeviceBuffer dpos = upload(c.positions.data(), n_rows, "positions");
@@ -511,13 +526,15 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
   if (format != ActivationFormat::F32) {
     DeviceBuffer q_scratch(cuda::activation_bytes(format, n_rows, c.n_head * c.head_dim_v), "quantized out");
     const cuda::ActivationView v = cuda::attention_quantized(kv, shape, dq.as<float>(), n_rows, dout.as<float>(),
-                                                             scratch.get(), format, q_scratch.get(), stream.get());
+                                                             scratch.get(), format, q_scratch.get(), stream.get(),
+                                                             kernel_of(c), c.prefill_warps);
     stream.sync();
     quantized->q = download_ptr(v.q, n_out);
     quantized->d = download_ptr(v.d, n_out / 32);
     if (v.s != nullptr) quantized->s = download_ptr(v.s, n_out / 32);
   } else {
-    cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
+    cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get(), kernel_of(c),
+                      c.prefill_warps);
     stream.sync();
   }
   std::vector<float> first = download<float>(dout, n_out);
@@ -530,7 +547,8 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
       if (n == 0 || n > n_rows) throw InvalidArgument("[cuda testing] attention: a later row count outside 1..rows");
       cuda::check_cuda(cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), static_cast<cudaStream_t>(stream.get())),
                        "poison");
-      cuda::attention(kv, shape, dq.as<float>(), n, dout.as<float>(), scratch.get(), stream.get());
+      cuda::attention(kv, shape, dq.as<float>(), n, dout.as<float>(), scratch.get(), stream.get(), kernel_of(c),
+                      c.prefill_warps);
       stream.sync();
       const std::vector<float> again = download<float>(dout, n * row_floats);
       if (std::memcmp(again.data(), first.data(), n * row_floats * sizeof(float)) != 0) {
@@ -551,7 +569,8 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
       if (err == cudaSuccess) err = cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), s);
       if (err == cudaSuccess) err = cudaEventRecord(events.begin, s);
       if (err == cudaSuccess) {
-        cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get());
+        cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get(), kernel_of(c),
+                      c.prefill_warps);
         err = cudaEventRecord(events.end, s);
       }
       if (err == cudaSuccess) err = cudaEventSynchronize(events.end);

@@ -66,8 +66,11 @@ struct QuantizedOut {
 // the attention output (for the quantized copy's block numbers). The
 // partials were written by other blocks of this launch: read through L2
 // (__ldcg), never a stale L1 line.
+// Threads tid of n_threads (a multiple of 32, whole warps) share the
+// elements; each element's operations are the same for any thread count.
 __device__ void combine_partials(int n_active, int head_dim_v, size_t base, const float* part_ms,
-                                 const float* part_acc, float* out, size_t first, const QuantizedOut& qo) {
+                                 const float* part_acc, float* out, size_t first, const QuantizedOut& qo, int tid,
+                                 int n_threads) {
   float row_max = -INFINITY;
   for (int z = 0; z < n_active; ++z) row_max = fmaxf(row_max, __ldcg(part_ms + 2 * (base + z)));
   float f[kSplits];
@@ -80,7 +83,7 @@ __device__ void combine_partials(int n_active, int head_dim_v, size_t base, cons
       sum = __fmaf_rn(__ldcg(part_ms + 2 * (base + z) + 1), f[z], sum);
     }
   }
-  for (int d = threadIdx.x; d < head_dim_v; d += kThreads) {
+  for (int d = tid; d < head_dim_v; d += n_threads) {
     float a = 0.0f;
 #pragma unroll
     for (int z = 0; z < kSplits; ++z) {
@@ -89,13 +92,13 @@ __device__ void combine_partials(int n_active, int head_dim_v, size_t base, cons
     const float value = __fdiv_rn(a, sum);
     out[d] = value;
     // A warp's 32 elements are one quantization block: head_dim_v % 32 == 0
-    // and kThreads % 32 == 0 keep every warp of an iteration whole.
+    // and n_threads % 32 == 0 keep every warp of an iteration whole.
     if (qo.q != nullptr) {
       const size_t block = (first + d) / 32;
       if (qo.with_sum) {
-        quantize_block32<true>(value, threadIdx.x % 32, block, qo.q, qo.d, qo.s);
+        quantize_block32<true>(value, tid % 32, block, qo.q, qo.d, qo.s);
       } else {
-        quantize_block32<false>(value, threadIdx.x % 32, block, qo.q, qo.d, qo.s);
+        quantize_block32<false>(value, tid % 32, block, qo.q, qo.d, qo.s);
       }
     }
   }
@@ -260,7 +263,349 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch (graph replays reuse the scratch)
   const size_t first_elem = (r * n_head + h) * head_dim_v;
   combine_partials(n_active, head_dim_v, (local * n_head + h) * kSplits, part_ms, part_acc, out + first_elem,
-                   first_elem, qo);
+                   first_elem, qo, threadIdx.x, kThreads);
+}
+
+// ---------------------------------------------------------------------------
+// The prefill kernel: the same results, row for row and bit for bit, with
+// each K/V position read once per block for many (row, query head) pairs.
+//
+// In a prefill segment the rows are consecutive positions of one session and
+// the query heads of a GQA group read one KV head, so attention_partial_kernel
+// reads each K/V row once per (row, head): up to 64 rows x 4 heads times per
+// launch for llama3-8b. Here block (z, KV head, group of block_rows rows)
+// stages in shared memory, for each of its chunks c = z, z + kSplits, ...,
+// the union of its rows' chunk-c windows (the rows' windows start at their
+// own `first`, which differs between rows only on sliding-window layers past
+// the window, by one per row there), and each of its warps computes one
+// (row, query head) of the KV head from it.
+//
+// What stays exactly the decode kernel's, for every (row, head):
+// - the split/chunk partition and, per chunk, the four warp shares of G
+//   positions (warp w of the decode kernel is share w here: one warp holds
+//   the four shares' online-softmax states and updates them in turn);
+// - a share's scores: each lane's partial over its dimension pairs in order,
+//   summed over the lanes in warp_sum's xor-butterfly tree, then * scale.
+//   The tree is kept but run "transposed" (transposed_warp_sums): each
+//   exchange step halves the positions a lane holds, so G scores cost about
+//   G shuffles instead of 5 G; every add pairs the same two values as
+//   warp_sum does;
+// - the group update: group max, correction, expf of each score, group_sum
+//   in position order, l and acc updates (each expf is computed on the lanes
+//   holding that score rather than on all 32; the value is the same);
+// - the fold of the four shares in share order and the fold of the splits
+//   (combine_partials) in split order, with the same scratch layout and
+//   counters, so both kernels may share a scratch in any order.
+// Rows of a block that read other planes (another session in the launch) or
+// whose windows do not fit together are staged in separate rounds, so any
+// set of rows is computed correctly; only sharing is lost.
+// Warps of a block: one per (row, query head); block_rows = warps / group
+// rows (at least one row: up to kSharedMaxWarps heads per KV head). 8 warps
+// (about 94 registers each) let two blocks share an SM, so one stages while
+// the other computes; 16 share each staged position between more rows.
+constexpr int kSharedMaxWarps = 16;
+constexpr int kSharedDefaultWarps = 8;
+
+// A row of the block as its warps need it (plain, for __shared__ storage).
+struct SharedRow {
+  const __half2* k;  // the row's K plane of the layer, at the block's KV head
+  const __half2* v;
+  int pos, first, n_chunks, ring_rows;
+};
+
+// warp_sum of each of the G values v[0..G) of every lane (G = 32, 16 or 8),
+// with the same adds of the same operands: the butterfly's first log2(G)
+// steps exchange half of the values a lane still holds (the lane keeps the
+// positions whose next bit matches its own lane bit), the last steps are
+// warp_sum's own. Returns the sum of position lane >> (5 - log2(G)).
+// One exchange step of the transposed butterfly: lanes kOffset apart swap
+// the half of their N values that the other keeps (compile-time indices
+// throughout, so the values stay in registers).
+template <int N, int kOffset>
+__device__ __forceinline__ void exchange_half(float (&v)[16], bool upper) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const float send = upper ? v[i] : v[i + N / 2];
+    const float keep = upper ? v[i + N / 2] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOffset);
+  }
+}
+
+// The rest of warp_sum's butterfly for G positions at once, after its first
+// step (offset 16) left G / 2 values in v: each further exchange halves the
+// values a lane holds (it keeps the positions whose next bit is its own lane
+// bit `offset`), then warp_sum's last steps run as they are. Returns the
+// sum of position lane >> (5 - log2(G)), every add pairing the same two
+// values as warp_sum's.
+template <int G>
+__device__ __forceinline__ float transposed_warp_sums(float (&v)[16], int lane) {
+  static_assert(G == 32 || G == 16 || G == 8, "group sizes of group_positions");
+  if constexpr (G == 32) {
+    exchange_half<16, 8>(v, (lane & 8) != 0);
+    exchange_half<8, 4>(v, (lane & 4) != 0);
+    exchange_half<4, 2>(v, (lane & 2) != 0);
+    exchange_half<2, 1>(v, (lane & 1) != 0);
+    return v[0];
+  } else if constexpr (G == 16) {
+    exchange_half<8, 8>(v, (lane & 8) != 0);
+    exchange_half<4, 4>(v, (lane & 4) != 0);
+    exchange_half<2, 2>(v, (lane & 2) != 0);
+    float s = v[0];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    return s;
+  } else {
+    exchange_half<4, 8>(v, (lane & 8) != 0);
+    exchange_half<2, 4>(v, (lane & 4) != 0);
+    float s = v[0];
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    return s;
+  }
+}
+
+// One share's group update (the decode kernel's per-group body for one warp):
+// `count` (1..G) positions whose K and V rows start at ks / vs in shared
+// memory (rows of pairs_k / pairs_v half2).
+template <int NP>
+__device__ __forceinline__ void update_share(const __half2* ks, const __half2* vs, int pairs_k, int pairs_v,
+                                             int count, const float2 (&qv)[NP], float scale, int lane, float& m,
+                                             float& l, float2 (&acc)[NP]) {
+  constexpr int G = group_positions(NP);
+  constexpr int kShift = G == 32 ? 0 : G == 16 ? 1 : 2;  // lane >> kShift: the position a lane's score is
+  // This lane's partial of position g's score: its dimension pairs in order.
+  auto partial = [&](int g) {
+    float part = 0.0f;
+    if (g < count) {
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        const int d2 = lane + 32 * j;
+        if (d2 < pairs_k) {
+          const float2 kf = __half22float2(ks[g * pairs_k + d2]);
+          part = __fmaf_rn(qv[j].x, kf.x, part);
+          part = __fmaf_rn(qv[j].y, kf.y, part);
+        }
+      }
+    }
+    return part;
+  };
+  // The butterfly's first step (offset 16) as the partials come, so only
+  // G / 2 of them are live at once.
+  float v[16];
+  const bool upper = (lane & 16) != 0;
+#pragma unroll
+  for (int i = 0; i < G / 2; ++i) {
+    const float lo = partial(i), hi = partial(i + G / 2);
+    v[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, 16);
+  }
+  const float sum = transposed_warp_sums<G>(v, lane);
+  const int mine = lane >> kShift;
+  const float s = mine < count ? __fmul_rn(sum, scale) : -INFINITY;
+  // The max over the group's scores (-inf past count), exact in any order.
+  const float group_max = warp_max(s);
+  const float m_new = fmaxf(m, group_max);
+  const float correction = expf(m - m_new);
+  const float e = mine < count ? expf(s - m_new) : 0.0f;
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    acc[j].x = __fmul_rn(acc[j].x, correction);
+    acc[j].y = __fmul_rn(acc[j].y, correction);
+  }
+  float group_sum = 0.0f;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const float eg = __shfl_sync(0xffffffffu, e, g << kShift);
+    group_sum = __fadd_rn(group_sum, eg);
+    if (g < count) {
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        const int d2 = lane + 32 * j;
+        if (d2 < pairs_v) {
+          const float2 vf = __half22float2(vs[g * pairs_v + d2]);
+          acc[j].x = __fmaf_rn(eg, vf.x, acc[j].x);
+          acc[j].y = __fmaf_rn(eg, vf.y, acc[j].y);
+        }
+      }
+    }
+  }
+  l = __fmaf_rn(l, correction, group_sum);
+  m = m_new;
+}
+
+// Grid (kSplits, n_head_kv, ceil(tile_rows / block_rows)), block_rows *
+// group warps; dynamic shared memory: `capacity` K rows then `capacity` V
+// rows of the KV head (capacity = kChunk + block_rows - 1 positions: one
+// chunk plus the spread of the rows' window starts).
+template <int NP>
+__global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
+    attention_shared_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, int n_head, int group,
+                            int head_dim_k, int head_dim_v, int window, float scale, const float* __restrict__ q,
+                            size_t row0, int tile_rows, int block_rows, int capacity, float* __restrict__ part_ms,
+                            float* __restrict__ part_acc, unsigned* __restrict__ done, float* __restrict__ out,
+                            QuantizedOut qo) {
+  dependent_launch_begin();
+  constexpr int G = group_positions(NP);
+  constexpr int kChunk = chunk_positions(NP);
+  extern __shared__ uint4 staged_raw[];
+  __shared__ SharedRow rows_s[kSharedMaxWarps];
+  const int z = blockIdx.x, kvh = blockIdx.y;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int local0 = static_cast<int>(blockIdx.z) * block_rows;
+  const int n_rows = min(block_rows, tile_rows - local0);
+  const int pairs_k = head_dim_k / 2, pairs_v = head_dim_v / 2;
+  const size_t k_stride = static_cast<size_t>(n_head / group) * pairs_k;  // half2 per plane row
+  const size_t v_stride = static_cast<size_t>(n_head / group) * pairs_v;
+  if (static_cast<int>(threadIdx.x) < n_rows) {
+    const size_t r = row0 + local0 + threadIdx.x;
+    SharedRow row;
+    row.pos = kv.positions[r];
+    row.first = first_visible(row.pos, window);
+    row.n_chunks = (row.pos + 1 - row.first + kChunk - 1) / kChunk;
+    row.ring_rows = ring ? kv.ring_rows[r] : 0;
+    row.k = reinterpret_cast<const __half2*>(kv.tables[r][layer]) + static_cast<size_t>(kvh) * pairs_k;
+    row.v = reinterpret_cast<const __half2*>(kv.tables[r][n_layer + layer]) + static_cast<size_t>(kvh) * pairs_v;
+    rows_s[threadIdx.x] = row;
+  }
+  __syncthreads();
+  int max_chunks = 0;
+  for (int i = 0; i < n_rows; ++i) max_chunks = max(max_chunks, rows_s[i].n_chunks);
+  if (z >= max_chunks) return;  // the whole block, before any other barrier
+
+  // This warp's (row, query head); warps past the block's rows only help stage.
+  const int ri = warp / group;
+  const int h = kvh * group + warp % group;
+  const SharedRow me = rows_s[ri < n_rows ? ri : 0];
+  const bool active = ri < n_rows && z < me.n_chunks;
+  const size_t local = static_cast<size_t>(local0 + ri), r = row0 + local;
+
+  float2 qv[NP];
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    const int d2 = lane + 32 * j;
+    qv[j] = make_float2(0.0f, 0.0f);
+    if (active && d2 < pairs_k) qv[j] = reinterpret_cast<const float2*>(q + (r * n_head + h) * head_dim_k)[d2];
+  }
+  // The four shares' states (the decode kernel's four warps).
+  float m[kWarps], l[kWarps];
+  float2 acc[kWarps][NP];
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    m[w] = -INFINITY;
+    l[w] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NP; ++j) acc[w][j] = make_float2(0.0f, 0.0f);
+  }
+
+  __half2* ks = reinterpret_cast<__half2*>(staged_raw);
+  __half2* vs = ks + static_cast<size_t>(capacity) * pairs_k;
+  for (int c = z; c < max_chunks; c += kSplits) {
+    // Rounds of rows staged together: from the first row still taking a
+    // chunk, the rows that read the same planes and whose chunk-c windows
+    // fit together in `capacity` positions (in a prefill segment: all).
+    // Every thread computes the same rounds from rows_s.
+    int i0 = 0;
+    while (i0 < n_rows) {
+      int lead = i0;
+      while (lead < n_rows && c >= rows_s[lead].n_chunks) ++lead;
+      if (lead == n_rows) break;
+      const SharedRow L = rows_s[lead];
+      int lo = L.first + c * kChunk;
+      int hi = min(L.pos + 1, lo + kChunk);
+      int i1 = lead + 1;
+      for (; i1 < n_rows; ++i1) {
+        const SharedRow& o = rows_s[i1];
+        if (c >= o.n_chunks) continue;
+        const int o_lo = o.first + c * kChunk;
+        const int o_hi = min(o.pos + 1, o_lo + kChunk);
+        const int new_lo = min(lo, o_lo), new_hi = max(hi, o_hi);
+        if (o.k != L.k || o.v != L.v || o.ring_rows != L.ring_rows || new_hi - new_lo > capacity) break;
+        lo = new_lo;
+        hi = new_hi;
+      }
+      // Stage positions [lo, hi) of the round's planes (16-byte copies
+      // when rows and planes allow them).
+      const int n_pos = hi - lo;
+      const bool wide = pairs_k % 4 == 0 && pairs_v % 4 == 0 &&
+                        ((reinterpret_cast<uintptr_t>(L.k) | reinterpret_cast<uintptr_t>(L.v)) % 16) == 0;
+      const int unit = wide ? 4 : 1;  // half2 per copy
+      const int per_k = pairs_k / unit, per_pos = per_k + pairs_v / unit;
+      for (int i = threadIdx.x; i < n_pos * per_pos; i += blockDim.x) {
+        const int pi = i / per_pos, e = i % per_pos;
+        const int p = lo + pi;
+        const size_t slot = ring ? static_cast<size_t>(p % L.ring_rows) : static_cast<size_t>(p);
+        const bool is_k = e < per_k;
+        const __half2* src = is_k ? L.k + slot * k_stride + e * unit : L.v + slot * v_stride + (e - per_k) * unit;
+        __half2* dst = is_k ? ks + pi * pairs_k + e * unit : vs + pi * pairs_v + (e - per_k) * unit;
+        if (wide) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          *dst = *src;
+        }
+      }
+      __syncthreads();
+      if (active && ri >= i0 && ri < i1 && c < me.n_chunks) {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const int g0 = me.first + c * kChunk + w * G;  // share w's first position of the chunk
+          const int count = min(G, me.pos + 1 - g0);      // warp-uniform
+          if (count > 0) {
+            const int at = g0 - lo;
+            update_share<NP>(ks + static_cast<size_t>(at) * pairs_k, vs + static_cast<size_t>(at) * pairs_v,
+                             pairs_k, pairs_v, count, qv, scale, lane, m[w], l[w], acc[w]);
+          }
+        }
+      }
+      __syncthreads();  // the round's readers are done before the next staging
+      i0 = i1;
+    }
+  }
+  if (!active) return;  // no block barrier from here on
+
+  // Fold the shares in share order (the decode kernel's warp fold): share 0
+  // scored position first + z * kChunk, so block_max is finite.
+  float block_max = m[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) block_max = fmaxf(block_max, m[w]);
+  float f[kWarps];
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) f[w] = expf(m[w] - block_max);
+  const size_t partial = (local * n_head + h) * kSplits + z;
+  if (lane == 0) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum = __fmaf_rn(l[w], f[w], sum);
+    part_ms[2 * partial] = block_max;
+    part_ms[2 * partial + 1] = sum;
+  }
+  float2* pa = reinterpret_cast<float2*>(part_acc + partial * head_dim_v);
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    const int d2 = lane + 32 * j;
+    if (d2 < pairs_v) {
+      float2 a = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        a.x = __fmaf_rn(acc[w][j].x, f[w], a.x);
+        a.y = __fmaf_rn(acc[w][j].y, f[w], a.y);
+      }
+      pa[d2] = a;
+    }
+  }
+
+  // Last of the (row, head)'s blocks in: fold the partials (as the decode
+  // kernel's last block does, with this warp's 32 threads).
+  __threadfence();
+  __syncwarp();
+  const int n_active = min(kSplits, me.n_chunks);
+  unsigned* counter = done + local * n_head + h;
+  unsigned before = 0;
+  if (lane == 0) before = atomicAdd(counter, 1u);
+  before = __shfl_sync(0xffffffffu, before, 0);
+  if (before != static_cast<unsigned>(n_active - 1)) return;
+  __threadfence();
+  if (lane == 0) *counter = 0u;  // ready for the next launch
+  const size_t first_elem = (r * n_head + h) * head_dim_v;
+  combine_partials(n_active, head_dim_v, (local * n_head + h) * kSplits, part_ms, part_acc, out + first_elem,
+                   first_elem, qo, lane, 32);
 }
 
 int pairs_per_lane(const AttentionShape& shape) {
@@ -289,8 +634,14 @@ void clear_attention_scratch(void* scratch, size_t bytes, void* stream) {
 
 namespace {
 
+// Whether a launch of n_rows rows takes the prefill kernel: decode groups
+// (1..4 rows of distinct sessions) share nothing, so they keep the decode
+// kernel; a step of more rows holds a prefill segment, whose rows share
+// their session's K/V. Both give every row the same bits.
+constexpr size_t kSharedKvMinRows = 5;
+
 void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
-                   void* scratch, const QuantizedOut& qo, void* stream) {
+                   void* scratch, const QuantizedOut& qo, AttentionKernel choice, int prefill_warps, void* stream) {
   if (n_rows == 0) return;
   if (shape.head_dim_k > 64 * kMaxPairsPerLane || shape.head_dim_v > 64 * kMaxPairsPerLane ||
       shape.head_dim_k % 2 != 0 || shape.head_dim_v % 2 != 0 || shape.head_dim_k == 0 || shape.head_dim_v == 0) {
@@ -316,6 +667,43 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
   const int group = static_cast<int>(shape.n_head / shape.n_head_kv);
   const int hd_k = static_cast<int>(shape.head_dim_k), hd_v = static_cast<int>(shape.head_dim_v);
   const int window = static_cast<int>(shape.window);
+  const bool shared_fits = group <= kSharedMaxWarps;
+  if (choice == AttentionKernel::Prefill && !shared_fits) {
+    throw InvalidArgument("[cuda attention] the prefill kernel takes at most " + std::to_string(kSharedMaxWarps) +
+                          " query heads per KV head, got " + std::to_string(group));
+  }
+  const bool shared = choice == AttentionKernel::Prefill ||
+                      (choice == AttentionKernel::Auto && shared_fits && n_rows >= kSharedKvMinRows);
+  if (shared) {
+    // block_rows rows x group query heads per block, one warp each.
+    if (prefill_warps < 0 || prefill_warps > kSharedMaxWarps) {
+      throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
+                            " warps: expected 1.." + std::to_string(kSharedMaxWarps) + " (0: the default)");
+    }
+    const int warps = prefill_warps != 0 ? prefill_warps : kSharedDefaultWarps;
+    const int block_rows = std::max(1, warps / group);
+    const int chunk = chunk_positions(np);
+    const int capacity = chunk + block_rows - 1;
+    const size_t smem = static_cast<size_t>(capacity) * (shape.head_dim_k / 2 + shape.head_dim_v / 2) * 4;
+    // At most (32 + 15) positions x 1 KiB (heads of 256) + the rows: under
+    // the 48 KiB a launch gets without opting in.
+    if (smem + sizeof(SharedRow) * kSharedMaxWarps > 48 * 1024) {
+      throw InternalError("[cuda attention] prefill staging of " + std::to_string(smem) + " bytes");
+    }
+    const auto kernel = np == 1   ? attention_shared_kernel<1>
+                        : np == 2 ? attention_shared_kernel<2>
+                        : np == 3 ? attention_shared_kernel<3>
+                                  : attention_shared_kernel<4>;
+    for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
+      const int rows = static_cast<int>(std::min(kTileRows, n_rows - row0));
+      const dim3 grid(kSplits, static_cast<unsigned>(shape.n_head_kv), ceil_div(rows, block_rows));
+      launch_dependent(kernel, grid, dim3(32 * block_rows * group), smem, s, kv, shape.n_layer, shape.layer,
+                       shape.ring, n_head, group, hd_k, hd_v, window, shape.scale, q, row0, rows, block_rows,
+                       capacity, part_ms, part_acc, done, out, qo);
+      check_launch("attention (prefill)");
+    }
+    return;
+  }
   // One instantiation per number of dimension pairs a lane holds (heads of up to 64, 128, 192, 256).
   const auto kernel = np == 1   ? attention_partial_kernel<1>
                       : np == 2 ? attention_partial_kernel<2>
@@ -333,13 +721,13 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
 }  // namespace
 
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
-               void* scratch, void* stream) {
-  run_attention(kv, shape, q, n_rows, out, scratch, QuantizedOut{}, stream);
+               void* scratch, void* stream, AttentionKernel kernel, int prefill_warps) {
+  run_attention(kv, shape, q, n_rows, out, scratch, QuantizedOut{}, kernel, prefill_warps, stream);
 }
 
 ActivationView attention_quantized(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows,
                                    float* out, void* scratch, ActivationFormat format, void* q_scratch,
-                                   void* stream) {
+                                   void* stream, AttentionKernel kernel, int prefill_warps) {
   const bool q8_32 = format == ActivationFormat::Q8_0 || format == ActivationFormat::Q8_1;
   if (!q8_32 || shape.head_dim_v % 32 != 0) {
     throw InternalError("[cuda attention_quantized] quantizes to Q8_0 or Q8_1 only, heads of a multiple of 32");
@@ -350,7 +738,7 @@ ActivationView attention_quantized(const KvRows& kv, const AttentionShape& shape
   qo.d = const_cast<float*>(view.d);
   qo.s = const_cast<float*>(view.s);
   qo.with_sum = format == ActivationFormat::Q8_1;
-  run_attention(kv, shape, q, n_rows, out, scratch, qo, stream);
+  run_attention(kv, shape, q, n_rows, out, scratch, qo, kernel, prefill_warps, stream);
   return view;
 }
 

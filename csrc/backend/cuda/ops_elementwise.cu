@@ -17,9 +17,14 @@ namespace {
 
 // rms_norm: one block per row, each thread keeping kNormPerThread elements
 // (strided by the block) in registers so all its loads are in flight at
-// once; the block is sized from the width alone (a warp per 128 elements, at
+// once; the block is sized from the width alone (a warp per 512 elements, at
 // most 1024 threads), so a row's reduction order is the same in any launch.
-constexpr int kNormPerThread = 4;
+// A decode step runs 65 of these on one row each, between matvecs: 8 warps
+// for a 4096-wide row (not 32) cross their barriers and the cross-warp sum
+// sooner, and under programmatic dependent launch a 256-thread block finds
+// room on an SM still running the previous matvec's blocks, where a
+// 1024-thread block waits for one to drain.
+constexpr int kNormPerThread = 16;
 constexpr int kNormMaxThreads = 1024;
 
 unsigned norm_threads(size_t width) {
@@ -32,7 +37,7 @@ unsigned norm_threads(size_t width) {
 // out = (x * scale) * w. With `residual`, the row normalized is x + residual
 // (the float sums add_kernel makes), stored to sum_out first: the residual
 // add before a norm, in the same launch. Elements past kNormPerThread *
-// blockDim (rows wider than 4096) are read again in a second strided pass
+// blockDim (rows wider than 16384) are read again in a second strided pass
 // (from sum_out when adding: x may be sum_out). kQuant 1 / 2: each warp also
 // quantizes (Q8_0 / Q8_1) the 32 consecutive outputs it just wrote, from the
 // same floats (the width is then a multiple of 32, so every warp-wide step is

@@ -152,10 +152,15 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  typename T::Unit unit[kUnroll][kWarpRows];
-  // Loads the batch of units base, base + 32, ... (kUnroll of them) of
-  // each weight row.
-  auto load_batch = [&](int base) {
+  // Nothing read before dependent_launch_begin() is written by an earlier
+  // kernel (weights are uploaded once), so under programmatic dependent
+  // launch a lane's first weight loads are in flight while the previous
+  // kernel finishes; the activations are read only after the wait. Launched
+  // normally, the wait and the trigger return at once. A lane without units
+  // (short rows) has nothing to load first.
+  if (lane >= n_units) dependent_launch_begin();
+  for (int base = lane; base < n_units; base += 32 * kUnroll) {
+    typename T::Unit unit[kUnroll][kWarpRows];
 #pragma unroll
     for (int s = 0; s < kUnroll; ++s) {
       const int u = base + 32 * s;
@@ -164,16 +169,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
         for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
       }
     }
-  };
-  int base = lane;
-  load_batch(base);
-  // Nothing above reads what an earlier kernel writes (weights are
-  // uploaded once), so under programmatic dependent launch the first
-  // batch's weight loads are in flight while the previous kernel finishes;
-  // the activations are read only after this wait. Launched normally, the
-  // wait and the trigger return at once.
-  dependent_launch_begin();
-  for (;;) {
+    if (base == lane) dependent_launch_begin();
     // Units in increasing order per output, as the prefill kernel sums them.
 #pragma unroll
     for (int s = 0; s < kUnroll; ++s) {
@@ -186,9 +182,6 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
         }
       }
     }
-    base += 32 * kUnroll;
-    if (base >= n_units) break;
-    load_batch(base);
   }
 #pragma unroll
   for (int j = 0; j < kWarpRows; ++j) {
@@ -225,14 +218,14 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
     if (wide && aligned) {
-      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>, blocks, kDecodeWarpsPerBlock * 32, 0,
-                       stream, t, row_bytes, n_units, x);
+      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true>, blocks,
+                       kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x);
       launched = true;
     }
   }
   if (!launched) {
-    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>, blocks, kDecodeWarpsPerBlock * 32, 0,
-                     stream, t, row_bytes, n_units, x);
+    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false>, blocks,
+                     kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x);
   }
   check_launch("matvec (decode)");
 }
@@ -276,9 +269,36 @@ DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows) {
   // load between weight rows starts to count. Q4_K gains from it from 2048
   // rows on and prefers four rows per warp at 3..4 rows. Unrolling one row
   // four units deep was slower everywhere (so that config is gone).
+  //
+  // Refined from a run of every config per shape (device call s6-1, Q4_0
+  // and Q4_K; the other types keep the rule above until measured): one unit
+  // per lane in flight beats two on the largest matrices, where many warps
+  // already cover the latency: the output projection (128,256 rows) at any
+  // row count (Q4_0 1 row 71 us against 80, 4 rows 114 against 127; Q4_K
+  // 74 against 98 and 116 against 179), and gate/up together (28,672 rows)
+  // at 2..4 rows (Q4_0 4 rows 16 us against 20 per matrix, Q4_K with four
+  // rows per warp 17 against 24). Four rows per warp, two units, wins on
+  // the 4,096-row matrices at 3..4 rows for Q4_0 (down 22 us against 26,
+  // q/o 6.7 against 7.6) and at 2 rows for Q4_K (18 against 19, 5.5
+  // against 5.9).
   DecodeConfig c;
   c.wide = true;
   const bool q4k = type == DType::Q4_K;
+  if (type == DType::Q4_0 || q4k) {
+    if (n_out >= 65536) {
+      c.warp_rows = n_rows >= 3 ? 4 : 2;
+      return c;
+    }
+    if (n_out >= 8192 && n_rows >= 2) {
+      c.warp_rows = q4k ? 4 : 2;
+      return c;
+    }
+    if (n_out >= 4096 && ((!q4k && n_rows >= 3) || (q4k && n_rows == 2))) {
+      c.warp_rows = 4;
+      c.unroll = 2;
+      return c;
+    }
+  }
   const size_t large = n_rows <= 2 && !q4k ? 8192 : 2048;
   if (n_out < large) return c;  // 1 x 1
   c.warp_rows = q4k && n_rows >= 3 ? 4 : 2;

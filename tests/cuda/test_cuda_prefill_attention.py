@@ -1,0 +1,144 @@
+"""The prefill attention kernel (cuda::AttentionKernel::Prefill: a block
+stages each K/V position once for several rows and the query heads of a KV
+head) against the decode kernel, row by row and bitwise.
+
+The exactness contract makes a prompt's prefill and the decode of its last
+token agree bit for bit, and a prefill the same in any chunking: so every
+row must get from the prefill kernel exactly the decode kernel's bits, in any
+segment of a session (start 0 or continuing one), at any warps per block, for
+rows of several sessions in one launch, and on sliding-window rings past the
+window (where each row's window starts one position later than the last's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from muser._core import _testing as t
+
+# name: (n_head, n_head_kv, head_dim, ring_rows, window, plane_rows, long start)
+# Long starts put the segment's rows past 16 chunks (16 * 64, 16 * 128 and
+# 16 * 32 positions for heads of 128, 64 and 256), so a block takes several.
+LAYOUTS = {
+    "llama3-8b": (32, 8, 128, 0, 0, 2048, 1500),
+    "smollm2": (9, 3, 64, 0, 0, 3200, 2600),
+    "gemma3-sliding": (4, 1, 256, 1600, 1024, 1600, 1500),
+    "gemma3-global": (8, 4, 256, 0, 0, 1300, 700),
+}
+SEGMENT_ROWS = [1, 2, 3, 5, 8, 17, 63, 64, 65, 130, 512]
+
+
+def _case(name, seed):
+    n_head, n_head_kv, hd, ring_rows, window, plane_rows, long_start = LAYOUTS[name]
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((plane_rows, n_head_kv * hd)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((plane_rows, n_head_kv * hd)).astype(np.float16).view(np.uint16)
+    q = (rng.standard_normal((512, n_head * hd)) / np.sqrt(hd) * 3).astype(np.float32)
+    return k, v, q, n_head, n_head_kv, hd, ring_rows, window, long_start
+
+
+def _attend(k, v, q, positions, n_head, n_head_kv, ring_rows, window, hd, kernel, **kw):
+    return t.cuda_attention(k, v, np.ascontiguousarray(q), [int(p) for p in positions], n_head, n_head_kv, ring_rows,
+                            window, float(1.0 / np.sqrt(hd)), kernel, **kw)
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+@pytest.mark.parametrize("start", ["0", "long"])
+def test_prefill_kernel_gives_every_segment_row_the_decode_kernels_bits(name, start):
+    """Segments of 1..512 consecutive rows of one session (the first rows of
+    a 512-row prefill and the last ones), at position 0 or continuing a long
+    session: each row bitwise the decode kernel's, and the last row the bits
+    of decoding it alone."""
+    k, v, q, n_head, n_head_kv, hd, ring_rows, window, long_start = _case(name, len(name) + len(start))
+    p0 = 0 if start == "0" else long_start
+    positions = np.arange(p0, p0 + 512)
+    ref = _attend(k, v, q, positions, n_head, n_head_kv, ring_rows, window, hd, "decode")
+    last = _attend(k, v, q[-1:], positions[-1:], n_head, n_head_kv, ring_rows, window, hd, "decode")
+    assert np.array_equal(last[0], ref[-1])
+    for n in SEGMENT_ROWS:
+        for rows in (slice(0, n), slice(512 - n, 512)):
+            got = _attend(k, v, q[rows], positions[rows], n_head, n_head_kv, ring_rows, window, hd, "prefill")
+            mismatched = [i for i in range(got.shape[0]) if not np.array_equal(got[i], ref[rows][i])]
+            assert not mismatched, (n, rows, mismatched[:5])
+    # The backend's choice for a 512-row step is the prefill kernel; same bits.
+    assert np.array_equal(_attend(k, v, q, positions, n_head, n_head_kv, ring_rows, window, hd, "auto"), ref)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "smollm2", "gemma3-sliding"])
+@pytest.mark.parametrize("warps", [1, 2, 3, 4, 8, 12, 16])
+def test_prefill_kernel_bits_do_not_depend_on_its_warps_per_block(name, warps):
+    """Rows per block (warps // group, at least one) only change which rows
+    share a staging; every row keeps the decode kernel's bits."""
+    k, v, q, n_head, n_head_kv, hd, ring_rows, window, long_start = _case(name, warps)
+    positions = np.arange(long_start - 60, long_start + 70)
+    rows = slice(0, 130)
+    ref = _attend(k, v, q[rows], positions, n_head, n_head_kv, ring_rows, window, hd, "decode")
+    got = _attend(k, v, q[rows], positions, n_head, n_head_kv, ring_rows, window, hd, "prefill", prefill_warps=warps)
+    assert np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "gemma3-sliding"])
+@pytest.mark.parametrize("copies", [2, 3])
+def test_prefill_kernel_rows_of_several_sessions_keep_their_bits(name, copies):
+    """A launch whose rows alternate between sessions (other planes, same
+    contents): the prefill kernel stages each session's rows separately and
+    every row keeps the bits it has with one session."""
+    k, v, q, n_head, n_head_kv, hd, ring_rows, window, long_start = _case(name, copies)
+    positions = np.arange(long_start, long_start + 100)
+    ref = _attend(k, v, q[:100], positions, n_head, n_head_kv, ring_rows, window, hd, "decode")
+    for kernel in ("prefill", "decode"):
+        got = _attend(k, v, q[:100], positions, n_head, n_head_kv, ring_rows, window, hd, kernel,
+                      plane_copies=copies)
+        assert np.array_equal(got, ref), kernel
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_prefill_kernel_rows_at_scattered_positions_keep_their_bits(name):
+    """Rows in no order, far apart, repeated (decode rows and prefill rows of
+    one step, or tests): windows that do not fit one staging are staged in
+    rounds; every row keeps the decode kernel's bits."""
+    k, v, q, n_head, n_head_kv, hd, ring_rows, window, long_start = _case(name, 5)
+    rng = np.random.default_rng(len(name))
+    top = long_start + 500
+    positions = np.concatenate([rng.integers(0, top, 60), [0, 0, top, top - 1, 1, top]])
+    n = len(positions)
+    ref = _attend(k, v, q[:n], positions, n_head, n_head_kv, ring_rows, window, hd, "decode")
+    got = _attend(k, v, q[:n], positions, n_head, n_head_kv, ring_rows, window, hd, "prefill")
+    assert np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("fmt,name", [("Q8_0", "llama3-8b"), ("Q8_1", "smollm2"), ("Q8_0", "gemma3-sliding")])
+def test_prefill_kernel_quantized_output_is_the_decode_kernels(fmt, name):
+    """attention_quantized through the prefill kernel (the o-projection's
+    input, quantized by the last warp of each row and head): floats and Q8
+    bytes bitwise the decode kernel's."""
+    k, v, q, n_head, n_head_kv, hd, ring_rows, window, long_start = _case(name, 9)
+    positions = [int(p) for p in np.arange(long_start, long_start + 130)]
+    args = (fmt, k, v, q[:130], positions, n_head, n_head_kv, ring_rows, window, float(1.0 / np.sqrt(hd)))
+    got = t.cuda_attention_quantized(*args, "prefill")
+    ref = t.cuda_attention_quantized(*args, "decode")
+    for a, b in zip(got, ref):
+        assert np.array_equal(a, b)
+
+
+def test_prefill_kernel_limits_and_the_automatic_choice_past_them():
+    """The prefill kernel takes up to 16 query heads per KV head; asked for
+    more it refuses, and the automatic choice then keeps the decode kernel.
+    Unknown kernels and warp counts are refused."""
+    rng = np.random.default_rng(3)
+    k = rng.standard_normal((300, 64)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((300, 64)).astype(np.float16).view(np.uint16)
+    q = rng.standard_normal((40, 32 * 64)).astype(np.float32)
+    positions = list(range(200, 240))
+    with pytest.raises(ValueError):
+        t.cuda_attention(k, v, q, positions, 32, 1, 0, 0, 0.125, "prefill")
+    auto = t.cuda_attention(k, v, q, positions, 32, 1, 0, 0, 0.125, "auto")
+    assert np.array_equal(auto, t.cuda_attention(k, v, q, positions, 32, 1, 0, 0, 0.125, "decode"))
+    q16 = np.ascontiguousarray(q[:, :16 * 64])
+    assert np.array_equal(t.cuda_attention(k, v, q16, positions, 16, 1, 0, 0, 0.125, "prefill"),
+                          t.cuda_attention(k, v, q16, positions, 16, 1, 0, 0, 0.125, "decode"))
+    with pytest.raises(ValueError):
+        t.cuda_attention(k, v, q16, positions, 16, 1, 0, 0, 0.125, "flash")
+    with pytest.raises(ValueError):
+        t.cuda_attention(k, v, q16, positions, 16, 1, 0, 0, 0.125, "prefill", prefill_warps=17)
