@@ -1,10 +1,10 @@
 // Parts of the tensor-core prefill GEMM shared by its kernel versions
-// (ops_gemm_mma.cu holds the one matvec uses and says why the walk is
-// bitwise the matvec's; ops_gemm_mma_v1.cu and ops_gemm_mma_v2.cu hold the
-// earlier versions, kept for before/after measurements through
-// MUSER_CUDA_GEMM): the block tile and stage sizes, the class walk, the
-// pairwise tree stack, shared-memory layout helpers, cp.async, ldmatrix and
-// the int8 MMA.
+// (ops_gemm_mma.cu holds gemm_mma, the cp.async kernel and why the walk is
+// bitwise the matvec's; ops_gemm_mma_tma.cu the kernel with TMA copies;
+// ops_gemm_mma_v1.cu the first version, kept for before/after measurements
+// through MUSER_CUDA_GEMM): the block tile and stage sizes, the class walk,
+// the pairwise tree stack, shared-memory layout helpers, cp.async, ldmatrix
+// and the int8 MMA.
 #pragma once
 
 #include <cstdint>
@@ -257,11 +257,9 @@ bool with_gemm_type(DType type, F&& f) {
   }
 }
 
-// The earlier versions (ops_gemm_mma_v1.cu, ops_gemm_mma_v2.cu), launched
-// as gemm_mma launches the current one (arguments checked there).
+// The first version (ops_gemm_mma_v1.cu), launched as gemm_mma launches
+// the current ones (arguments checked there).
 void launch_gemm_v1(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-                    size_t ld_y, cudaStream_t stream);
-void launch_gemm_v2(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
                     size_t ld_y, cudaStream_t stream);
 
 // The version whose copies are Hopper tensor-memory-access loads

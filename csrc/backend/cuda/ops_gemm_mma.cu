@@ -40,10 +40,13 @@
 // Walk); steps with u >= n_units load nothing and add +0.0f (a no-op, see
 // compute_slot).
 //
-// Versions: ops_gemm_mma_v1.cu (8 warps, 16 outputs per thread, one stage
-// of copies in flight, decode between two barriers) and ops_gemm_mma_v2.cu
-// (v1's tiles with this file's pipeline) stay for before/after measurements
-// (MUSER_CUDA_GEMM=v1 / v2); gemm_mma_parts.cuh holds what they share.
+// Versions: gemm_mma launches ops_gemm_mma_tma.cu's kernel (this one's
+// tiles and math, its copies by the tensor memory accelerator) wherever TMA
+// can take the matrix, and this file's kernel (copies by cp.async) where it
+// cannot. ops_gemm_mma_v1.cu (the first version: 8 warps, 16 outputs per
+// thread, one stage of copies in flight, the decode between two barriers)
+// stays for before/after measurements (MUSER_CUDA_GEMM=v1; =v3 forces this
+// file's kernel). gemm_mma_parts.cuh holds what the versions share.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -356,13 +359,13 @@ void launch_gemm_walk(const void* w, size_t n_out, const ActivationView& x, size
 
 // The kernel version gemm_mma runs: 4 (the TMA copies of
 // ops_gemm_mma_tma.cu, this file's kernel where TMA cannot take the matrix);
-// MUSER_CUDA_GEMM=v1, v2 or v3 (read once) picks an earlier one, for
+// MUSER_CUDA_GEMM=v1 or v3 (read once) picks an earlier one, for
 // before/after measurements only (all give the same bits).
 int requested_version() {
   static const int version = [] {
     const char* env = std::getenv("MUSER_CUDA_GEMM");
     const std::string v = env != nullptr ? env : "";
-    return v == "v1" ? 1 : v == "v2" ? 2 : v == "v3" ? 3 : 4;
+    return v == "v1" ? 1 : v == "v3" ? 3 : 4;
   }();
   return version;
 }
@@ -407,7 +410,6 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
   if (version == 4 && gemm::launch_gemm_tma(type, w, n_out, x, n_rows, y, ld_y, stream)) return true;
   switch (version) {
     case 1: gemm::launch_gemm_v1(type, w, n_out, x, n_rows, y, ld_y, stream); break;
-    case 2: gemm::launch_gemm_v2(type, w, n_out, x, n_rows, y, ld_y, stream); break;
     default:
       gemm::with_gemm_type(type, [&]<typename T>() {
         gemm::with_walk(x.k, [&]<int kP>(int stages_per_class) {

@@ -9,9 +9,10 @@
 // every row, and each (row, unit) pair costs a separate 32-byte sector. The
 // cp.async copies of the other versions move those sectors through the SM's
 // load/store path (a 4-byte activation scale per row and unit, 4-byte words
-// of 18-byte weight blocks), and all three versions, whatever their warps
-// and pipelining, measured the same ~3 us per stage on the H200, bound by
-// that path. Here one TMA instruction per (slot, operand) moves a whole
+// of 18-byte weight blocks), and the three versions measured on the H200
+// (the first, a pipelined one since removed, and ops_gemm_mma.cu's 16-warp
+// kernel) all took the same ~3 us per stage whatever their warps and
+// pipelining: bound by that path. Here one TMA instruction per (slot, operand) moves a whole
 // 64-row box: activations 64 x 32 bytes, weights 64 x (the block rounded up
 // to 16 bytes, read as 2-byte elements from the block's first byte),
 // activation scales 64 x 4 floats (units u & ~3 .. +3; the kernel reads
