@@ -9,7 +9,7 @@ per call).
 
 Beside each (unless --no-groups), the same rows through the decode kernel in
 groups of 4 (one launch per group), which tells where the GEMM starts to pay.
-MUSER_CUDA_GEMM=v1 or v3 in the environment times an earlier version of the GEMM
+MUSER_CUDA_GEMM=v3 or tma in the environment times another version of the GEMM
 (ops_gemm_mma.cu says which).
 
 The sum over one layer's seven matrices times 32 layers is the model's matmul

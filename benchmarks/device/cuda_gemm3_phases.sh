@@ -4,20 +4,22 @@
 #
 #   OUT=... DEADLINE=70 bash benchmarks/device/cuda_gemm3_phases.sh     (from the repository root, $PYLIB carried)
 #
+# Everything runs under MUSER_CUDA_GEMM=tma (the TMA kernel, ops_gemm_mma_tma.cu, opt-in and not yet run
+# successfully on a GPU) unless said otherwise:
 #   gemm     the GEMM and matvec tests of tests/cuda/test_cuda_ops.py (bitwise the matvec row by row; the TMA
 #            kernel takes most shapes, the cp.async kernel those TMA cannot: k = 576 rows)
-#   gbench   benchmarks/bench_cuda_gemm.py, 512 and 64 rows: the GEMM (Q4_0, Q8_0), then MUSER_CUDA_GEMM=v1 (Q4_0)
+#   gbench   benchmarks/bench_cuda_gemm.py, 512 and 64 rows (Q4_0, Q8_0), then the default (v1, Q4_0, 512 rows)
 #   pp512    benchmarks/bench_cuda.py --prefill-only on llama3-8b Q4_0 (the model of $MUSER_CUDA_MODELS if the
 #            call wrote it, else written here)
-#   ncu      if Nsight Compute is there: one q launch (512 x 4096 x 4096 Q4_0) of the kernel kept, with the warp
-#            stall reasons, into ncu-gemm.txt
+#   ncu      if Nsight Compute is there: one q launch (512 x 4096 x 4096 Q4_0), with the warp stall reasons,
+#            into ncu-gemm.txt
 # Results: $OUT/gemm3-results.txt, gemm3.xml, ncu-gemm.txt; non-zero exit on a failed test phase.
 set -uo pipefail
 root=$(pwd); lib=${PYLIB:-$root/.cudawork/lead/pylib}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 deadline=${DEADLINE:-70}
 models=${MUSER_CUDA_MODELS:-/tmp/muser-cuda-models}; mkdir -p "$models"
-export PYTHONPATH="$root/src:$root:$lib" MUSER_CUDA_TESTS=1
+export PYTHONPATH="$root/src:$root:$lib" MUSER_CUDA_TESTS=1 MUSER_CUDA_GEMM=tma
 start=$(date +%s); el() { echo $(( $(date +%s) - start )); }
 left() { local l=$(( deadline - $(el) )); echo $(( l > 1 ? l : 1 )); }
 cap() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }

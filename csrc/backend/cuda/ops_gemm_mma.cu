@@ -40,13 +40,13 @@
 // Walk); steps with u >= n_units load nothing and add +0.0f (a no-op, see
 // compute_slot).
 //
-// Versions: gemm_mma launches ops_gemm_mma_tma.cu's kernel (this one's
-// tiles and math, its copies by the tensor memory accelerator) wherever TMA
-// can take the matrix, and this file's kernel (copies by cp.async) where it
-// cannot. ops_gemm_mma_v1.cu (the first version: 8 warps, 16 outputs per
-// thread, one stage of copies in flight, the decode between two barriers)
-// stays for before/after measurements (MUSER_CUDA_GEMM=v1; =v3 forces this
-// file's kernel). gemm_mma_parts.cuh holds what the versions share.
+// Versions (requested_version): gemm_mma runs ops_gemm_mma_v1.cu's first
+// version (8 warps, 16 outputs per thread, one stage of copies in flight,
+// the decode between two barriers) unless MUSER_CUDA_GEMM picks this file's
+// kernel ("v3") or ops_gemm_mma_tma.cu's ("tma": this kernel's tiles and
+// math with the copies by the tensor memory accelerator; this file's kernel
+// where TMA cannot take the matrix). gemm_mma_parts.cuh holds what the
+// versions share.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -357,15 +357,16 @@ void launch_gemm_walk(const void* w, size_t n_out, const ActivationView& x, size
   check_launch("gemm_mma");
 }
 
-// The kernel version gemm_mma runs: 4 (the TMA copies of
-// ops_gemm_mma_tma.cu, this file's kernel where TMA cannot take the matrix);
-// MUSER_CUDA_GEMM=v1 or v3 (read once) picks an earlier one, for
-// before/after measurements only (all give the same bits).
+// The kernel version gemm_mma runs (MUSER_CUDA_GEMM, read once): by default
+// the first version (ops_gemm_mma_v1.cu); "v3" this file's kernel (run
+// bitwise-clean on the H200, no faster than v1 there); "tma" the kernel of
+// ops_gemm_mma_tma.cu (this file's kernel where TMA cannot take the matrix),
+// not yet run successfully on a GPU. All compute the same bits.
 int requested_version() {
   static const int version = [] {
     const char* env = std::getenv("MUSER_CUDA_GEMM");
     const std::string v = env != nullptr ? env : "";
-    return v == "v1" ? 1 : v == "v3" ? 3 : 4;
+    return v == "v3" ? 3 : v == "tma" ? 4 : 1;
   }();
   return version;
 }
@@ -410,7 +411,7 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
   if (version == 4 && gemm::launch_gemm_tma(type, w, n_out, x, n_rows, y, ld_y, stream)) return true;
   switch (version) {
     case 1: gemm::launch_gemm_v1(type, w, n_out, x, n_rows, y, ld_y, stream); break;
-    default:
+    default:  // 3, and 4 where TMA cannot take the matrix
       gemm::with_gemm_type(type, [&]<typename T>() {
         gemm::with_walk(x.k, [&]<int kP>(int stages_per_class) {
           gemm::launch_gemm_walk<T, kP>(w, n_out, x, n_rows, y, ld_y, stages_per_class, stream);

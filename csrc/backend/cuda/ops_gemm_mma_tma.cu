@@ -4,6 +4,12 @@
 // why the walk is bitwise the matvec's), only the way each stage's data
 // reaches shared memory differs.
 //
+// STATUS: not yet run successfully on a GPU, so opt-in only
+// (MUSER_CUDA_GEMM=tma). Its first device run (06:24) died of an illegal
+// instruction: its weight boxes started at each block's first byte, and a
+// TMA box must start 16-byte aligned. This version starts them at the
+// 16-byte boundary below the block (RawBox); it has been compiled, not run.
+//
 // Why: the walk visits each output's units in class order, so one stage's 8
 // units lie 32 units (1 KiB of activations, ~600 bytes of weights) apart in
 // every row, and each (row, unit) pair costs a separate 32-byte sector. The
@@ -12,12 +18,14 @@
 // of 18-byte weight blocks), and the three versions measured on the H200
 // (the first, a pipelined one since removed, and ops_gemm_mma.cu's 16-warp
 // kernel) all took the same ~3 us per stage whatever their warps and
-// pipelining: bound by that path. Here one TMA instruction per (slot, operand) moves a whole
-// 64-row box: activations 64 x 32 bytes, weights 64 x (the block rounded up
-// to 16 bytes, read as 2-byte elements from the block's first byte),
-// activation scales 64 x 4 floats (units u & ~3 .. +3; the kernel reads
-// u & 3). Boxes past the matrix land as zeros (TMA's out-of-bounds fill),
-// which the padding steps rely on as the cp.async zero fill before them.
+// pipelining: bound, as far as we can tell, by that path. Here one TMA
+// instruction per (slot, operand) moves a whole 64-row box, each starting
+// 16-byte aligned in global memory: activations 64 x 32 bytes at byte 32 u
+// (32-byte swizzle, which is the ldmatrix swizzle the kernels use),
+// weights 64 x RawBox<T>::kBytes from the 16-byte boundary at or below the
+// block, activation scales 64 x 4 floats (units u & ~3 .. +3; the kernel
+// reads u & 3). Boxes past the matrix land as zeros (TMA's out-of-bounds
+// fill), which the padding steps rely on as on the cp.async zero fill.
 //
 // Synchronization: one mbarrier per stage buffer counts the bytes of its 8
 // slots' boxes (each slot's copies are issued by lane 0 of warp `slot`);
@@ -52,16 +60,22 @@ using Stack = TreeStack<kOutputs, kThreads, 3>;
 // one float4.
 __device__ __forceinline__ int wd_slot(int n) { return (n & ~15) + 4 * ((n >> 1) & 3) + 2 * ((n >> 3) & 1) + (n & 1); }
 
-// A weight box row: the block rounded up to 16 bytes. 32-byte rows use the
-// 32-byte swizzle (16-byte half h of row r lands at h ^ ((r >> 2) & 1), so
-// that 8 consecutive rows' halves fill the 32 banks once); 48-byte rows
-// (Q8_0) are conflict-free as they are.
+// A weight box row. A TMA box must start 16-byte aligned in global memory
+// (the first device run of this kernel, which started each box at its
+// block's first byte, 18 u bytes into the row, died of an illegal
+// instruction), so the box of unit u starts at (kBlockBytes u) & ~15 and
+// the block sits `offset(u)` bytes into it: up to 16 - gcd(kBlockBytes, 16)
+// bytes, so the row is the block plus that much, rounded up to 16 bytes
+// (32 for Q4_0, Q4_1, Q5_1; 48 for Q5_0, Q8_0). Unswizzled: the decode reads
+// the block where it lies (T::load_block on shared memory, as the cp.async
+// kernel does), at the cost of bank conflicts between the lanes' rows.
+constexpr int gcd16(int n) { return (n & 15) == 0 ? 16 : (n & 7) == 0 ? 8 : (n & 3) == 0 ? 4 : (n & 1) == 0 ? 2 : 1; }
 template <typename T>
 struct RawBox {
-  static constexpr int kBytes = (T::kBlockBytes + 15) / 16 * 16;
-  static constexpr int kChunks = kBytes / 16;
-  static constexpr bool kSwizzled = kBytes == 32;
-  static_assert(kBytes == 32 || kBytes == 48, "the decode reads 2 or 3 chunks");
+  static constexpr int kBytes = (T::kBlockBytes + 16 - gcd16(T::kBlockBytes) + 15) / 16 * 16;
+  static_assert(T::kBlockBytes % 2 == 0, "boxes of 2-byte elements");
+  __host__ __device__ static constexpr int start(int u) { return (T::kBlockBytes * u) & ~15; }
+  __host__ __device__ static constexpr int offset(int u) { return (T::kBlockBytes * u) & 15; }
 };
 
 // One stage's boxes, each 64 rows of one slot.
@@ -155,7 +169,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid == 0) {
     for (int b = 0; b < kBufs; ++b) mbar_init(&sm.full[b], kStageUnits);
+    // The initialized barriers visible to the async proxy (the TMA unit).
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
   __syncthreads();
 
@@ -167,31 +183,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     StageTiles<T>& tiles = sm.stage[buf];
     mbar_expect_bytes(&sm.full[buf], kSlotBytes);
     tma_load(tiles.a[my_slot], &act_map, 32 * u, r0, &sm.full[buf]);
-    tma_load(tiles.raw[my_slot], &w_map, T::kBlockBytes / 2 * u, n0, &sm.full[buf]);
+    tma_load(tiles.raw[my_slot], &w_map, Box::start(u) / 2, n0, &sm.full[buf]);
     tma_load(tiles.ad[my_slot], &d_map, u & ~3, r0, &sm.full[buf]);
     if constexpr (kHasMin) tma_load(tiles.as[my_slot], &s_map, u & ~3, r0, &sm.full[buf]);
   };
   // Decodes this warp's 32 outputs of slot my_slot of stage `stage` (in
   // stage buffer `buf`) into the decoded buffer wbuf: T::load_block on the
-  // block at the start of its box row, zeros for units past n_units and
+  // block Box::offset(u) bytes into its box row, zeros for units past n_units and
   // outputs past n_out (their boxes hold TMA's zeros, which do not decode to
   // zero quants).
   auto decode = [&](int stage, int buf, int wbuf) {
     const int u = walk.unit(stage, my_slot);
     typename T::Unit unit;
     if (u < n_units && dec_row < outs_in) {
-      const int4* row = reinterpret_cast<const int4*>(sm.stage[buf].raw[my_slot][dec_row]);
-      uint32_t words[4 * Box::kChunks];
-      const int flip = Box::kSwizzled ? (dec_row >> 2) & 1 : 0;
-#pragma unroll
-      for (int c = 0; c < Box::kChunks; ++c) {
-        const int4 v = row[c ^ flip];
-        words[4 * c] = v.x;
-        words[4 * c + 1] = v.y;
-        words[4 * c + 2] = v.z;
-        words[4 * c + 3] = v.w;
-      }
-      T::load_block(reinterpret_cast<const uint8_t*>(words), unit);
+      T::load_block(sm.stage[buf].raw[my_slot][dec_row] + Box::offset(u), unit);
     } else {
 #pragma unroll
       for (int q = 0; q < 8; ++q) unit.q[q] = 0;
@@ -352,7 +357,7 @@ bool launch_tma(const void* w, size_t n_out, const ActivationView& x, size_t n_r
   if (!make_map(&act_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, x.q, x.k, n_rows, x.k, 32, kTileRows,
                 CU_TENSOR_MAP_SWIZZLE_32B) ||
       !make_map(&w_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, w, row_bytes / 2, n_out, row_bytes, Box::kBytes / 2, kTileOut,
-                Box::kSwizzled ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE) ||
+                CU_TENSOR_MAP_SWIZZLE_NONE) ||
       !make_map(&d_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, x.d, n_units, n_rows, n_units * 4, 4, kTileRows,
                 CU_TENSOR_MAP_SWIZZLE_NONE)) {
     return false;
