@@ -36,7 +36,7 @@ pytest_phase "ENGINE TESTS" 60 engine.xml tests/cuda/test_cuda_engine.py --maxfa
 
 log "prefill profile, llama3-8b Q4_0"
 timeout "$(left)" python3 -u benchmarks/bench_cuda_step_profile.py "$bench_dir/llama3-8b-Q4_0.gguf" --rows 1 \
-  --steps 2 --prefill 512 --top 8 2>&1 | tee -a "$out/results.txt"
+  --steps 4 --prefill 512 --top 8 2>&1 | tee -a "$out/results.txt"
 
 log "done, status $status"
 exit $status

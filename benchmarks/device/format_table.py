@@ -1,19 +1,22 @@
-"""Issue 11's markdown table from a cpu_full_table.sh results file: muser / llama.cpp per cell.
+"""Issue 11's markdown table from cpu_full_table.sh results files: muser / llama.cpp per cell.
 
-    python benchmarks/device/format_table.py table-small.txt
+    python benchmarks/device/format_table.py table-small.txt [table-big.txt rerun.txt ...]
+
+Every file's lines are pooled per cell (a rerun of some cells in the same call adds runs to them).
 
 With ROUNDS > 1 a cell was measured several times, muser and llama.cpp alternating; the best of each side is
 shown (the host's load drifts over tens of seconds, so the best run is the one least disturbed), with the
-number of runs behind it when there was more than one.
+number of runs behind each side when there was more than one.
 """
 
 import re
 import sys
 
 
-def read_cells(path: str) -> dict:
+def read_cells(paths: list[str]) -> dict:
     cells: dict = {}
-    for line in open(path):
+    lines = [line for path in paths for line in open(path)]
+    for line in lines:
         m = re.match(r"\s*(muser|llama)\s+(\S+?)(?:\.gguf)?\s+t=(\d+)\s+(.*)", line.split("] ")[-1])
         if not m:
             continue
@@ -27,12 +30,12 @@ def read_cells(path: str) -> dict:
 def main() -> None:
     print("| model | threads | prefill 512 | single-row decode | 4 rows vs 4 sequences |")
     print("|---|---|---|---|---|")
-    for (model, threads), cell in sorted(read_cells(sys.argv[1]).items()):
+    for (model, threads), cell in sorted(read_cells(sys.argv[1:]).items()):
         shown = []
         for key in ("pp512", "tg", "4-row"):
             ours, theirs = cell.get(("muser", key)), cell.get(("llama", key))
-            runs = max(len(ours or []), len(theirs or []))
-            note = f" [best of {runs}]" if runs > 1 else ""
+            counts = (len(ours or []), len(theirs or []))
+            note = f" [best of {counts[0]} / {counts[1]}]" if max(counts) > 1 else ""
             if not ours:
                 shown.append("-")
             elif not theirs:

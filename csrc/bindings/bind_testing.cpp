@@ -433,24 +433,29 @@ void bind_testing_kernels(nb::module_& m) {
   m.def(
       "matmul_split",
       [](uint32_t type_id, const Bytes1D& raw, size_t ne0, size_t ne1, size_t n_rows, size_t threads,
-         const std::string& isa_name, bool packed) {
+         const std::string& isa_name, bool packed, bool shares_stage) {
         const DTypeInfo& info = require_dtype(type_id);
         const cpu::KernelSet& kernels = cpu::testing_kernel_set(isa_name.c_str());
         OwnedArray<uint8_t> src = copy_weight(info, raw, ne0, ne1);
         const TensorInfo w = make_tensor(info, src, ne0, ne1);
         ThreadPool pool(1);
         const std::unique_ptr<cpu::PackedWeight> pack = pack_if_asked(packed, w, kernels, pool);
-        const cpu::MatmulJob job = cpu::MatmulJob::plan(w, kernels, threads, pack.get(), n_rows);
+        const cpu::MatmulJob job = cpu::MatmulJob::plan(w, kernels, threads, pack.get(), n_rows, shares_stage);
         nb::dict out;
         out["tasks"] = job.n_chunks;
         out["chunk"] = job.chunk;
         out["row_block"] = job.row_block == 0 ? n_rows : job.row_block;
+        out["tail_first"] = job.tail_first;
+        out["tail_chunk"] = job.tail_chunk;
         return out;
       },
       nb::arg("type_id"), nb::arg("raw"), nb::arg("ne0"), nb::arg("ne1"), nb::arg("n_rows"), nb::arg("threads"),
-      nb::arg("isa") = "best", nb::arg("packed") = true,
-      "How cpu::matmul splits n_rows rows on `threads` threads: {'tasks', 'chunk' (outputs per "
-      "task), 'row_block' (activation rows per task; the last block takes the rest)}.");
+      nb::arg("isa") = "best", nb::arg("packed") = true, nb::arg("shares_stage") = false,
+      "How cpu::matmul splits n_rows rows on `threads` threads (`shares_stage`: planned as one of several "
+      "matmuls of a CPU plan stage): {'tasks', 'chunk' (outputs per "
+      "task), 'row_block' (activation rows per task; the last block takes the rest), 'tail_first', "
+      "'tail_chunk' (tasks from tail_first on cover tail_chunk outputs each after tail_first chunks; "
+      "tail_chunk 0: none)}.");
 
   m.def(
       "time_matmul",

@@ -226,6 +226,75 @@ def test_decode_sized_calls_of_wide_rows_give_the_reference_bits(qtype, isa, str
         gemv_streams(0)
 
 
+def decode_split(qtype, n_in, n_out, threads, streams, gemv_streams, shares_stage=False):
+    raw = random_matrix(qtype, n_in, n_out, np.random.default_rng(5))
+    gemv_streams(streams)
+    split = t.matmul_split(id_of(qtype), raw, n_in, n_out, 1, threads, "best", True, shares_stage)
+    gemv_streams(0)
+    tasks = [split["chunk"]] * (split["tail_first"] if split["tail_chunk"] else split["tasks"])
+    if split["tail_chunk"]:
+        tasks += [split["tail_chunk"]] * (split["tasks"] - split["tail_first"])
+    assert sum(tasks) >= n_out > sum(tasks) - tasks[-1], split  # the tasks cover the outputs once
+    return split, tasks
+
+
+@pytest.mark.skipif(not t.has_packed_layout(int(GT.Q8_0)), reason="no packed Q8_0 layout on this CPU")
+def test_decode_chunks_of_small_matrices_keep_every_thread_busy(gemv_streams):
+    """matmul.cpp fit_decode_chunks: runs of 3 groups where runs of 4 leave
+    a round one task long (smollm2's 576-row o and down projections: 9 tasks
+    of 4 groups were 3 rounds at 4 threads and left 7 of 16 threads idle),
+    for a matmul alone in its stage; one that shares it (q with k and v)
+    keeps runs of 4."""
+    for threads in (4, 16):
+        split, tasks = decode_split(GT.Q8_0, 576, 576, threads, 4, gemv_streams)
+        assert tasks == [48] * 12, (threads, split)
+        assert decode_split(GT.Q8_0, 576, 576, threads, 4, gemv_streams, shares_stage=True)[1] == [64] * 9
+    # A 12-group matrix alone at 16 threads: one group per task.
+    assert decode_split(GT.Q8_0, 576, 192, 16, 4, gemv_streams)[1] == [16] * 12
+    # llama-1b's 2048-row matrices keep runs of 4 groups.
+    assert decode_split(GT.Q4_0, 2048, 2048, 16, 4, gemv_streams)[1] == [64] * 32
+
+
+@pytest.mark.skipif(not t.has_packed_layout(int(GT.Q4_0)), reason="no packed Q4_0 layout on this CPU")
+def test_decode_chunks_of_several_runs_end_in_one_run_tasks(gemv_streams):
+    """The last half round of a decode matmul is one-run tasks, claimed last,
+    so no thread waits for more than one run of another."""
+    split, tasks = decode_split(GT.Q4_0, 2048, 2048, 4, 4, gemv_streams)
+    assert tasks == [128] * 14 + [64] * 4, split
+    split, tasks = decode_split(GT.Q4_0, 2048, 128256, 16, 4, gemv_streams)
+    assert tasks[:54] == [2048] * 54 and set(tasks[54:]) == {64}, split
+    assert sum(tasks[54:]) >= 16 * 2048 // 2  # at least half a round
+    # One thread: no tail.
+    assert decode_split(GT.Q4_0, 2048, 2048, 1, 4, gemv_streams)[0]["tail_chunk"] == 0
+
+
+@pytest.mark.skipif(not PACKED_CASES, reason="no kernel table on this CPU repacks weights")
+@pytest.mark.parametrize("qtype,isa", PACKED_CASES, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("streams", [1, 3, 4])
+def test_decode_splits_with_tails_give_the_reference_bits(qtype, isa, streams, gemv_streams):
+    """Decode calls planned for 2-16 threads (chunks of 1-4 group runs, then
+    one-run tail tasks), run on 1-3 threads: every element the scalar
+    reference's."""
+    rng = np.random.default_rng(streams * 5 + id_of(qtype))
+    n_in = input_size(qtype, 3)
+    x = (rng.standard_normal((4, n_in)) * rng.uniform(0.01, 100, size=(4, 1))).astype(np.float32)
+    gemv_streams(streams)
+    tails = 0
+    for n_out in (200, 1000):
+        raw = random_matrix(qtype, n_in, n_out, rng)
+        reference = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa="scalar")
+        for plan_threads in (2, 3, 4, 16):
+            split = t.matmul_split(id_of(qtype), raw, n_in, n_out, 1, plan_threads, isa, True)
+            tails += split["tail_chunk"] != 0
+            for threads in (1, 3):
+                for rows in (1, 4):
+                    got = t.matmul(id_of(qtype), raw, n_in, n_out, x[:rows], threads=threads, isa=isa, packed=True,
+                                   plan_threads=plan_threads)
+                    assert np.array_equal(got, reference[:rows]), (n_out, plan_threads, threads, rows)
+    gemv_streams(0)
+    assert tails > 0
+
+
 def test_the_stream_count_is_checked_and_restorable(gemv_streams):
     default = t.gemv_streams()
     assert 1 <= default <= 4
@@ -262,6 +331,9 @@ def test_a_prefill_split_cuts_rows_into_blocks_of_whole_row_tiles():
             split = t.matmul_split(int(GT.Q4_0), raw, 576, 576, n_rows, threads)
             blocks = -(-n_rows // split["row_block"])
             chunks = -(-576 // split["chunk"])
+            if split["tail_chunk"]:  # decode: one-run tasks after tail_first chunks
+                assert n_rows <= 4
+                chunks = split["tail_first"] + -(-(576 - split["tail_first"] * split["chunk"]) // split["tail_chunk"])
             assert split["tasks"] == blocks * chunks
             assert split["chunk"] % 16 == 0
             if n_rows < 64:

@@ -1,7 +1,7 @@
 """A row's logits do not depend on the engine's thread count (the exactness
 contract): how the CPU executor splits matmul tiles, attention heads (query
-heads per task depend on the threads) and KV runs among threads changes no
-bits. Prompts cross several KV pages (64 rows each), and the gemma3 model's
+heads per task depend on the threads), decode chains' columns and KV runs
+among threads changes no bits. Prompts cross several KV pages (64 rows each), and the gemma3 model's
 sliding window makes the ring wrap."""
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ def _run(path, threads: int) -> list[np.ndarray]:
         ("llama", "Q4_0", {"n_head": 8, "n_head_kv": 2}),
         ("llama", "F32", {"n_head": 6, "n_head_kv": 2}),
         ("gemma3", "Q8_0", {"n_head": 4, "n_head_kv": 1}),
+        # Wide FFNs: the decode rows' SwiGLU / GeGLU + quantization chains are cut into 2-3 column pieces
+        # (cpu_plan.cpp split_chain_columns) from 2 threads on, the last one shorter.
+        ("llama", "Q4_0", {"n_head": 8, "n_head_kv": 2, "n_ff": 2816}),
+        ("gemma3", "Q8_0", {"n_head": 4, "n_head_kv": 1, "n_ff": 3328}),
     ],
 )
 def test_logits_are_bitwise_the_same_at_every_thread_count(tiny_model, arch, weight_type, options):

@@ -25,6 +25,10 @@ const BackendRegistration registration(
       return std::make_unique<CpuBackend>(context.pool);
     });
 
+// Bytes of weights a waiting thread prefetches for its next task.
+constexpr size_t kPrefetchBytes = 256 * 1024;
+constexpr size_t kNoStage = ~size_t{0};
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -85,6 +89,8 @@ CpuBackend::CpuBackend(std::shared_ptr<ThreadPool> pool)
     : pool_(std::move(pool)), f16_(f16_vec_ops()), activations_(activation_ops()) {
   if (!pool_) throw InternalError("[cpu backend] needs a thread pool");
   scores_.resize(static_cast<size_t>(pool_->size()));
+  n_threads_ = static_cast<size_t>(pool_->size());
+  home_.reset(new HomeSlot[n_threads_]);
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -230,6 +236,16 @@ void CpuBackend::prepare_step(const Plan& plan, const StepGraph& graph, const St
     counters_[s].claim.store(0, std::memory_order_relaxed);
     counters_[s].done.store(0, std::memory_order_relaxed);
   }
+  // Fresh serials for this step's stages: no home slot holds one yet.
+  serial_base_ = next_serial_;
+  next_serial_ += plan.stages.size();
+  next_tiles_.assign(plan.stages.size() + 1, kNoStage);
+  for (size_t s = plan.stages.size(); s-- > 0;) {
+    const Stage& stage = plan.stages[s];
+    bool decode_tiles = stage.kind == StageKind::Tiles && !stage.tiles.empty();
+    for (const TileEntry& tile : stage.tiles) decode_tiles = decode_tiles && tile.rows <= kGemvMaxRows;
+    next_tiles_[s] = decode_tiles ? s : next_tiles_[s + 1];
+  }
   failed_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
 }
@@ -256,21 +272,108 @@ void CpuBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
   }
 }
 
-void CpuBackend::run_region(const Plan& plan, const StepGraph& graph, const StepInputs& inputs, int thread) {
-  for (size_t s = 0; s < plan.stages.size(); ++s) {
-    if (s > 0) {
-      // Wait until every task of the previous stage is done (tasks of stage
-      // s-1 started only once s-2 was done, so all earlier stages are too).
-      const StageCounter& prev = counters_[s - 1];
-      const size_t total = stage_tasks_[s - 1];
-      for (unsigned spins = 0; prev.done.load(std::memory_order_acquire) < total; ++spins) {
-        if (spins < 4096) {
-          cpu_relax();
-        } else {
-          std::this_thread::yield();  // the holder of a task may be descheduled
-        }
-      }
+// Claiming. Task t < threads of a stage is thread t's "home" task: its owner
+// takes it first, through the owner's own slot (HomeSlot), so a stage
+// starts without every thread racing for one shared counter (each claim an
+// atomic read-modify-write on the same cache line, one thread after the
+// other: at 16 threads the last got its task a microsecond or more after
+// the first). The other tasks are claimed from the shared counter as they
+// come. A home task whose owner does not show up (the OS has not scheduled
+// it, or the workers are still waking at the start of a step) is taken over
+// by a waiting thread after a short spin, so nobody waits on a thread that
+// is not running. Knowing its next task ahead also lets a waiting thread
+// prefetch that task's weights while the stage before runs (a decode step
+// waits on a one-thread norm or activation before most of its matmuls).
+bool CpuBackend::claim_home(size_t owner, uint64_t serial) {
+  std::atomic<uint64_t>& slot = home_[owner].serial;
+  uint64_t seen = slot.load(std::memory_order_relaxed);
+  while (seen < serial) {
+    if (slot.compare_exchange_weak(seen, serial, std::memory_order_acq_rel, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+void CpuBackend::run_counted(const Plan& plan, size_t s, size_t task, const StepGraph& graph,
+                             const StepInputs& inputs, int thread) {
+  if (failed_.load(std::memory_order_relaxed)) return;
+  try {
+    run_task(plan, plan.stages[s], task, graph, inputs, thread);
+  } catch (...) {
+    // Only the first failure is kept; the remaining tasks are skipped
+    // but still counted so that nobody waits forever.
+    bool expected = false;
+    if (failed_.compare_exchange_strong(expected, true)) error_ = std::current_exception();
+  }
+}
+
+size_t CpuBackend::take_over(const Plan& plan, size_t s, size_t n_home, const StepGraph& graph,
+                             const StepInputs& inputs, int thread) {
+  size_t taken = 0;
+  for (size_t u = 0; u < n_home; ++u) {
+    if (home_[u].serial.load(std::memory_order_relaxed) < stage_serial(s) && claim_home(u, stage_serial(s))) {
+      run_counted(plan, s, u, graph, inputs, thread);
+      ++taken;
     }
+  }
+  return taken;
+}
+
+void CpuBackend::wait_for_stage(const Plan& plan, size_t s, const StepGraph& graph, const StepInputs& inputs,
+                                int thread, Prefetch& prefetch) {
+  const StageCounter& c = counters_[s];
+  const size_t total = stage_tasks_[s];
+  if (c.done.load(std::memory_order_acquire) >= total) return;
+  // This thread's home task of the next decode matmul stage: its weights,
+  // up to a quarter of a typical L2, go into this core's L2 meanwhile.
+  const size_t target = next_tiles_[s + 1];
+  if (target != kNoStage && prefetch.stage != target) {
+    prefetch.stage = target;
+    prefetch.next = prefetch.end = nullptr;
+    const size_t task = static_cast<size_t>(thread);
+    const Stage& tiles = plan.stages[target];
+    if (task < home_tasks(stage_tasks_[target])) {
+      size_t e = tiles.tiles.size() - 1;
+      while (tiles.tiles[e].first_task > task) --e;
+      size_t bytes = 0;
+      tiles.tiles[e].job.chunk_weights(task - tiles.tiles[e].first_task, &prefetch.next, &bytes);
+      prefetch.end = prefetch.next + std::min(bytes, kPrefetchBytes);
+    }
+  }
+  // Home tasks nobody claimed after a short spin are taken over: an owner
+  // that is running claims its home task as soon as it sees the stage
+  // before done (it either waits for it, like this thread, or is running a
+  // task of an older stage: impossible, those are done), so one still
+  // unclaimed is the home task of a thread that is descheduled or not yet
+  // awake. (A claimed slot is only read: the scans cost a load per owner.)
+  constexpr unsigned kTakeOverSpins = 32;
+  const size_t n_home = home_tasks(total);
+  for (unsigned idle = 0; c.done.load(std::memory_order_acquire) < total;) {
+    if (prefetch.next < prefetch.end) {
+      // Two lines (into L2) per turn: the loop keeps checking the stage's count.
+      __builtin_prefetch(prefetch.next, 0, 2);
+      __builtin_prefetch(prefetch.next + 64, 0, 2);
+      prefetch.next += 128;
+      continue;
+    }
+    if (++idle % kTakeOverSpins == 0) {
+      const size_t taken = take_over(plan, s, n_home, graph, inputs, thread);
+      if (taken != 0) counters_[s].done.fetch_add(taken, std::memory_order_acq_rel);
+    }
+    if (idle < 4096) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();  // the holder of a task may be descheduled
+    }
+  }
+}
+
+void CpuBackend::run_region(const Plan& plan, const StepGraph& graph, const StepInputs& inputs, int thread) {
+  Prefetch prefetch;
+  const size_t self = static_cast<size_t>(thread);
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    // Every task of the previous stage done (tasks of stage s-1 started only
+    // once s-2 was done, so all earlier stages are too).
+    if (s > 0) wait_for_stage(plan, s - 1, graph, inputs, thread, prefetch);
     if (interrupt_check_installed() && !failed_.load(std::memory_order_relaxed)) {
       // Ctrl-C between stages: only the calling thread has a check installed
       // (core/interrupt.h). Stopping fails this forward like a failed task
@@ -284,37 +387,40 @@ void CpuBackend::run_region(const Plan& plan, const StepGraph& graph, const Step
     }
     StageCounter& c = counters_[s];
     const size_t total = stage_tasks_[s];
+    const size_t n_home = home_tasks(total);
     // A thread counts its completed tasks and publishes them once, when the
     // stage has no task left to claim: one write to `done` per thread and
     // stage instead of one per task (decode's matmul stages have ~4 small
     // tasks per thread). A thread that finds every task claimed already
     // leaves without writing to the counters.
     size_t completed = 0;
-    while (c.claim.load(std::memory_order_relaxed) < total) {
-      const size_t task = c.claim.fetch_add(1, std::memory_order_acq_rel);
-      if (task >= total) break;
-      if (!failed_.load(std::memory_order_relaxed)) {
-        try {
-          run_task(plan, plan.stages[s], task, graph, inputs, thread);
-        } catch (...) {
-          // Only the first failure is kept; the remaining tasks are skipped
-          // but still counted so that nobody waits forever.
-          bool expected = false;
-          if (failed_.compare_exchange_strong(expected, true)) error_ = std::current_exception();
-        }
-      }
+    if (self < n_home && claim_home(self, stage_serial(s))) {
+      run_counted(plan, s, self, graph, inputs, thread);
       ++completed;
     }
+    const size_t shared = total - n_home;  // tasks n_home.. come from the counter
+    while (c.claim.load(std::memory_order_relaxed) < shared) {
+      const size_t k = c.claim.fetch_add(1, std::memory_order_acq_rel);
+      if (k >= shared) break;
+      run_counted(plan, s, n_home + k, graph, inputs, thread);
+      ++completed;
+    }
+    // Having worked for a while, a thread may take over at once what is
+    // still unclaimed: a running owner would have claimed it by now.
+    if (completed != 0 && n_home != 0) completed += take_over(plan, s, n_home, graph, inputs, thread);
     if (completed != 0) c.done.fetch_add(completed, std::memory_order_acq_rel);
   }
+  // The last stage's home tasks of a thread that never came are taken over
+  // here (the step's results are read once every region has returned).
+  if (!plan.stages.empty()) wait_for_stage(plan, plan.stages.size() - 1, graph, inputs, thread, prefetch);
 }
 
 void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, const StepGraph& graph,
                           const StepInputs& inputs, int thread) {
   switch (stage.kind) {
     case StageKind::RopeAngles: {
-      const size_t first = task * kRowsPerTask;
-      const size_t last = std::min(stage.rows, first + kRowsPerTask);
+      const size_t first = task * stage.rows_per_task;
+      const size_t last = std::min(stage.rows, first + stage.rows_per_task);
       for (const RopeTable& table : plan.ropes) {
         const size_t n_pairs = table.freqs.n_pairs();
         float* cos = arena_.data() + table.offset;
@@ -326,10 +432,25 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
       return;
     }
     case StageKind::Chain: {
-      const size_t first = task * kRowsPerTask;
-      const size_t last = std::min(stage.rows, first + kRowsPerTask);
-      for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last);
-      for (const QuantizeEntry& q : stage.quantize) q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
+      const size_t row_task = task / stage.col_pieces;
+      const size_t first = row_task * stage.rows_per_task;
+      const size_t last = std::min(stage.rows, first + stage.rows_per_task);
+      if (stage.col_pieces == 1) {
+        for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last, 0, kWholeRow);
+        for (const QuantizeEntry& q : stage.quantize) q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
+        return;
+      }
+      // A column piece of the rows (cpu_plan.h, split_chain_columns).
+      const size_t col_first = (task % stage.col_pieces) * stage.piece_cols;
+      for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last, col_first, col_first + stage.piece_cols);
+      for (const QuantizeEntry& q : stage.quantize) {
+        const size_t cols = q.job.n_in;
+        const size_t col_last = std::min(cols, col_first + stage.piece_cols);
+        for (size_t r = first; r < last; ++r) {
+          q.job.quantize_cols(f32(q.x) + r * cols, col_first, col_last - col_first,
+                              act_base_ + q.act_offset + r * q.job.act_row_bytes);
+        }
+      }
       (void)plan;
       return;
     }
@@ -362,7 +483,7 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
 }
 
 void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInputs& inputs, size_t first,
-                            size_t last) {
+                            size_t last, size_t col_first, size_t col_last) {
   switch (op.kind) {
     case OpKind::GetRows: {
       const TensorDesc& table = graph.tensor(op.src[0]);
@@ -396,23 +517,25 @@ void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInpu
     }
     case OpKind::Add: {
       const size_t cols = graph.tensor(op.dst).cols;
+      const size_t c0 = col_first, n = std::min(cols, col_last) - c0;
       const TensorDesc& b = graph.tensor(op.src[1]);
       const float* a = f32(op.src[0]);
       float* dst = f32(op.dst);
       for (size_t r = first; r < last; ++r) {
         const float* br = b.kind == TensorKind::Weight ? weights_.vectors[b.weight].data() : f32(op.src[1]) + r * cols;
-        if (dst != a) std::memcpy(dst + r * cols, a + r * cols, cols * sizeof(float));
-        add_to(dst + r * cols, br, cols);
+        if (dst != a) std::memcpy(dst + r * cols + c0, a + r * cols + c0, n * sizeof(float));
+        add_to(dst + r * cols + c0, br + c0, n);
       }
       return;
     }
     case OpKind::Scale: {
       const size_t cols = graph.tensor(op.dst).cols;
+      const size_t c1 = std::min(cols, col_last);
       const float* x = f32(op.src[0]);
       float* dst = f32(op.dst);
       const float factor = op.p.scalar;
       for (size_t r = first; r < last; ++r) {
-        for (size_t i = 0; i < cols; ++i) dst[r * cols + i] = x[r * cols + i] * factor;
+        for (size_t i = col_first; i < c1; ++i) dst[r * cols + i] = x[r * cols + i] * factor;
       }
       return;
     }
@@ -433,23 +556,25 @@ void CpuBackend::run_row_op(const Op& op, const StepGraph& graph, const StepInpu
     }
     case OpKind::Glu: {
       const size_t cols = graph.tensor(op.dst).cols;
+      const size_t c0 = col_first, n = std::min(cols, col_last) - c0;
       const float* gate = f32(op.src[0]);
       const float* up = f32(op.src[1]);
       float* dst = f32(op.dst);
       const auto fn = op.p.glu == GluKind::Silu ? activations_.swiglu : activations_.geglu;
       for (size_t r = first; r < last; ++r) {
-        if (dst != gate) std::memcpy(dst + r * cols, gate + r * cols, cols * sizeof(float));
-        fn(dst + r * cols, up + r * cols, cols);
+        if (dst != gate) std::memcpy(dst + r * cols + c0, gate + r * cols + c0, n * sizeof(float));
+        fn(dst + r * cols + c0, up + r * cols + c0, n);
       }
       return;
     }
     case OpKind::Softcap: {
       const size_t cols = graph.tensor(op.dst).cols;
+      const size_t c0 = col_first, n = std::min(cols, col_last) - c0;
       const float* x = f32(op.src[0]);
       float* dst = f32(op.dst);
       for (size_t r = first; r < last; ++r) {
-        if (dst != x) std::memcpy(dst + r * cols, x + r * cols, cols * sizeof(float));
-        softcap(dst + r * cols, cols, op.p.scalar);
+        if (dst != x) std::memcpy(dst + r * cols + c0, x + r * cols + c0, n * sizeof(float));
+        softcap(dst + r * cols + c0, n, op.p.scalar);
       }
       return;
     }
@@ -532,6 +657,15 @@ void CpuBackend::run_attention_task(const Op& op, size_t task, size_t stage_inde
     }
   }
   attend_block(planes, head, queries, n_queries, f16_, scores_[static_cast<size_t>(thread)].data());
+  // The heads just written, quantized for the matmul that reads them
+  // (cpu_plan.h): head h of row r is columns [h * head_dim_v, + head_dim_v).
+  for (const QuantizeEntry& entry : plan_->stages[stage_index].quantize) {
+    uint8_t* act = act_base_ + entry.act_offset;
+    for (size_t r = block.first_row; r < block.first_row + block.n_rows; ++r) {
+      entry.job.quantize_cols(out + r * attn_width, first_head * p.head_dim_v, heads_per_task * p.head_dim_v,
+                              act + r * entry.job.act_row_bytes);
+    }
+  }
 }
 
 }  // namespace muser::cpu

@@ -3,10 +3,13 @@
 //
 // Execution: each graph is compiled once (by graph id) into a plan of
 // stages (cpu_plan.h). A step enters ONE parallel region: every pool thread
-// walks the same list of stages, claims tasks of the current stage from a
-// shared counter, and moves on once that stage's tasks are all done (a
-// light barrier on a completion count, so a thread the OS has not scheduled
-// holds nobody up). No pool dispatch or wake-up happens per op.
+// walks the same list of stages, takes its own "home" task of the current
+// stage and then claims the rest from a shared counter, and moves on once
+// that stage's tasks are all done (a light barrier on a completion count;
+// a home task whose thread the OS has not scheduled is taken over after a
+// short spin, so such a thread holds nobody up for long). While waiting, a
+// thread prefetches the weights of its next matmul task. No pool dispatch
+// or wake-up happens per op.
 //
 // Batch invariance: the matmuls compute each row independently; every other
 // op is per row (norms, RoPE, activations) or per (row, head) (attention
@@ -14,6 +17,7 @@
 // and output columns, never a reduction.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <list>
@@ -50,15 +54,50 @@ class CpuBackend final : public Backend {
     alignas(64) std::atomic<size_t> claim{0};
     alignas(64) std::atomic<size_t> done{0};
   };
+  // Per pool thread: the serial number (stage_serial) of the last stage
+  // whose task `thread index` was given out, to its owner or to a thread
+  // that took it over. Serials only grow (never reset across steps), so a
+  // stage's home task goes out exactly once: to whoever moves the slot to
+  // that stage's serial.
+  struct HomeSlot {
+    alignas(64) std::atomic<uint64_t> serial{0};
+  };
+  // Where a waiting thread's prefetch of its next task's weights stands.
+  struct Prefetch {
+    size_t stage = ~size_t{0};
+    const uint8_t* next = nullptr;
+    const uint8_t* end = nullptr;
+  };
 
   const Plan& plan_for(const StepGraph& graph);
   // Everything a step's tasks read besides the plan: set up by execute
   // before the parallel region.
   void prepare_step(const Plan& plan, const StepGraph& graph, const StepInputs& inputs);
   void run_region(const Plan& plan, const StepGraph& graph, const StepInputs& inputs, int thread);
+  // Runs task `task` of stage s (a failure is kept, the task still counts).
+  void run_counted(const Plan& plan, size_t s, size_t task, const StepGraph& graph, const StepInputs& inputs,
+                   int thread);
+  // Waits until stage s is done; meanwhile takes over home tasks of s that
+  // nobody claimed, and prefetches this thread's next matmul task.
+  void wait_for_stage(const Plan& plan, size_t s, const StepGraph& graph, const StepInputs& inputs, int thread,
+                      Prefetch& prefetch);
+  bool claim_home(size_t owner, uint64_t serial);
+  // Runs the home tasks of stage s (of n_home) that nobody has claimed;
+  // returns how many.
+  size_t take_over(const Plan& plan, size_t s, size_t n_home, const StepGraph& graph, const StepInputs& inputs,
+                   int thread);
+  // Tasks of a stage of `total` tasks that are home tasks (task t of thread
+  // t): none for a one-task stage (whoever comes first runs it, so no
+  // particular thread has to be there), else one per thread at most.
+  size_t home_tasks(size_t total) const { return total > 1 ? std::min(total, n_threads_) : 0; }
+  uint64_t stage_serial(size_t s) const { return serial_base_ + s; }
   void run_task(const Plan& plan, const Stage& stage, size_t task, const StepGraph& graph,
                 const StepInputs& inputs, int thread);
-  void run_row_op(const Op& op, const StepGraph& graph, const StepInputs& inputs, size_t first, size_t last);
+  // Rows [first, last); the column-local ops (cpu_plan.cpp) only columns
+  // [col_first, min(col_last, width)), the others whole rows (kWholeRow).
+  static constexpr size_t kWholeRow = ~size_t{0};
+  void run_row_op(const Op& op, const StepGraph& graph, const StepInputs& inputs, size_t first, size_t last,
+                  size_t col_first, size_t col_last);
   void run_attention_task(const Op& op, size_t task, size_t stage_index, const StepInputs& inputs, int thread);
 
   float* f32(TensorId t) const;
@@ -82,6 +121,11 @@ class CpuBackend final : public Backend {
   std::vector<size_t> heads_per_task_;        // per stage (attention stages only)
   std::unique_ptr<StageCounter[]> counters_;
   size_t n_counters_ = 0;
+  std::unique_ptr<HomeSlot[]> home_;          // one per pool thread
+  size_t n_threads_ = 1;
+  uint64_t serial_base_ = 1;                  // this step's stage s has serial serial_base_ + s
+  uint64_t next_serial_ = 1;
+  std::vector<size_t> next_tiles_;            // per stage: the first decode Tiles stage at or after it (or none)
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;
 };

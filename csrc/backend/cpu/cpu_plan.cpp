@@ -14,6 +14,13 @@ bool row_local(OpKind kind) {
   return kind != OpKind::MatMul && kind != OpKind::Attention;
 }
 
+// Ops whose every output element depends only on the same element of its
+// inputs (and the elementwise functions give an element the same bits
+// wherever it sits: ops_activation.h), so a row may be cut into columns.
+bool column_local(OpKind kind) {
+  return kind == OpKind::Add || kind == OpKind::Scale || kind == OpKind::Glu || kind == OpKind::Softcap;
+}
+
 // Rows an op processes.
 size_t op_rows(const Op& op, const StepGraph& g) {
   return op.kind == OpKind::KvStore ? g.tensor(op.src[0]).rows : g.tensor(op.dst).rows;
@@ -43,6 +50,9 @@ class PlanBuilder {
       } else {
         i = add_chain(i);
       }
+    }
+    for (Stage& s : plan_.stages) {
+      if (s.kind == StageKind::Chain) split_chain_columns(s);
     }
     return std::move(plan_);
   }
@@ -92,12 +102,16 @@ class PlanBuilder {
       Stage s;
       s.kind = StageKind::RopeAngles;
       s.rows = g_.shape.n_rows;
+      s.rows_per_task = chain_rows_per_task(s.rows);
       s.n_tasks = chain_tasks(s.rows);
       plan_.stages.push_back(std::move(s));
     }
   }
 
-  static size_t chain_tasks(size_t rows) { return rows == 0 ? 0 : (rows + kRowsPerTask - 1) / kRowsPerTask; }
+  static size_t chain_rows_per_task(size_t rows) { return rows <= kRowsPerTask ? 1 : kRowsPerTask; }
+  static size_t chain_tasks(size_t rows) {
+    return rows == 0 ? 0 : (rows + chain_rows_per_task(rows) - 1) / chain_rows_per_task(rows);
+  }
 
   size_t add_chain(size_t i) {
     Stage s;
@@ -124,9 +138,47 @@ class PlanBuilder {
       if (op.dst != kNoTensor) written.push_back(op.dst);
       s.ops.push_back(i);
     }
+    s.rows_per_task = chain_rows_per_task(s.rows);
     s.n_tasks = chain_tasks(s.rows);
     plan_.stages.push_back(std::move(s));
     return i;
+  }
+
+  // A chain of a few rows (decode) whose ops are all column-local over one
+  // width, with its quantized inputs of that width, is cut into column
+  // pieces so that up to `threads` tasks share it: a decode row's SwiGLU
+  // and quantization (8192 columns on llama-1b, ~7 us on one core) ran on
+  // one thread while the others waited; smollm2's 1536 columns stay whole
+  // (kChainMinPieceCols). Every element and every activation block is
+  // computed as in one piece (MatmulJob::quantize_cols).
+  void split_chain_columns(Stage& s) {
+    if (threads_ <= 1 || s.rows == 0 || s.rows > kRowsPerTask) return;
+    size_t cols = 0;
+    for (size_t i : s.ops) {
+      const Op& op = g_.ops[i];
+      if (!column_local(op.kind) || op.dst == kNoTensor) return;
+      const size_t width = g_.tensor(op.dst).cols;
+      if (cols != 0 && width != cols) return;
+      cols = width;
+      for (TensorId src : op.src) {
+        if (src == kNoTensor) continue;
+        const TensorDesc& t = g_.tensor(src);
+        // Add's second operand may be a weight vector of the row's width.
+        if (t.kind == TensorKind::Weight ? w_.vectors[t.weight].size() != cols : t.cols != cols) return;
+      }
+    }
+    for (const QuantizeEntry& q : s.quantize) {
+      if (g_.tensor(q.x).cols != cols || kChainPieceCols % q.job.quantize_cols_granule() != 0) return;
+    }
+    const size_t row_tasks = s.n_tasks;
+    size_t pieces = std::min(cols / kChainMinPieceCols, std::max<size_t>(1, threads_ / row_tasks));
+    if (pieces <= 1) return;
+    const size_t piece_cols = ((cols + pieces - 1) / pieces + kChainPieceCols - 1) / kChainPieceCols * kChainPieceCols;
+    pieces = (cols + piece_cols - 1) / piece_cols;
+    if (pieces <= 1) return;
+    s.col_pieces = pieces;
+    s.piece_cols = piece_cols;
+    s.n_tasks = row_tasks * pieces;
   }
 
   size_t add_matmuls(size_t i) {
@@ -171,6 +223,18 @@ class PlanBuilder {
       tiles.n_tasks += tile.job.n_chunks;
       tiles.tiles.push_back(tile);
     }
+    if (tiles.tiles.size() > 1) {
+      // Several matmuls share the stage: plan their decode chunks for that.
+      tiles.n_tasks = 0;
+      for (TileEntry& tile : tiles.tiles) {
+        const Op& op = g_.ops[tile.op];
+        const TensorInfo& matrix = w_.matrices[g_.tensor(op.src[0]).weight];
+        tile.job = MatmulJob::plan(matrix, k_, threads_, w_.packed.find(matrix), tile.rows, true);
+        if (tile.rows == 0) tile.job.n_chunks = 0;
+        tile.first_task = tiles.n_tasks;
+        tiles.n_tasks += tile.job.n_chunks;
+      }
+    }
     plan_.act_bytes = std::max(plan_.act_bytes, act_at);
     // Row chunks of a chain over the same rows can quantize as they finish
     // (quantizing reads only the row itself). The activation bytes are free
@@ -178,7 +242,21 @@ class PlanBuilder {
     Stage* chain = plan_.stages.empty() ? nullptr : &plan_.stages.back();
     bool fold = chain != nullptr && chain->kind == StageKind::Chain && chain->quantize.empty();
     for (const QuantizeEntry& q : quantize.quantize) fold = fold && q.rows == chain->rows;
-    if (fold) {
+    // Likewise the attention right before the matmuls that read its output
+    // (the output projection): each task quantizes the (row, head) pieces it
+    // wrote, when a head's values are whole activation blocks (a Q8_0 /
+    // Q8_1 block is 32 elements, quantized on its own). One stage and
+    // barrier fewer per layer; the same bytes.
+    Stage* attention = chain;
+    bool fold_attention = attention != nullptr && attention->kind == StageKind::Attention &&
+                          attention->quantize.empty();
+    if (fold_attention) {
+      const Op& op = g_.ops[attention->ops[0]];
+      for (const QuantizeEntry& q : quantize.quantize) {
+        fold_attention = fold_attention && q.x == op.dst && op.p.head_dim_v % q.job.quantize_cols_granule() == 0;
+      }
+    }
+    if (fold || fold_attention) {
       chain->quantize = std::move(quantize.quantize);
     } else {
       for (const QuantizeEntry& q : quantize.quantize) quantize.n_tasks += quantize_tasks(q.rows);

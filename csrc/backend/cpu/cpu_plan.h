@@ -2,13 +2,16 @@
 // the executor runs in order, each stage a set of independent tasks.
 //
 // - Chain: consecutive per-row ops over the same rows (norms, adds, RoPE,
-//   KV writes, activations...), run together over chunks of kRowsPerTask
-//   rows, so a run of cheap ops costs one barrier instead of one per op.
+//   KV writes, activations...), run together over chunks of rows (one row
+//   or kRowsPerTask), so a run of cheap ops costs one barrier instead of
+//   one per op.
 // - Quantize / Tiles: consecutive independent matmuls (Q, K and V; gate and
 //   up) share one stage that quantizes each distinct input once, then one
 //   stage of all their output tiles. When a chain over the same rows comes
 //   just before, the chain quantizes the inputs as it finishes each row
-//   chunk instead (one barrier fewer; what the old inline quantization did).
+//   chunk instead (one barrier fewer; what the old inline quantization did);
+//   when the attention comes just before (the output projection), each
+//   attention task quantizes the (row, head) pieces of the output it wrote.
 // - Attention: blocks of up to kAttentionBlockRows rows of one sequence
 //   times query heads (cut per step, since it depends on the sequences).
 // - RopeAngles (first): the cos/sin tables of each distinct RoPE setting for
@@ -30,7 +33,10 @@
 
 namespace muser::cpu {
 
-// Rows per task of a chain; a chain of this many rows or fewer is one task.
+// Rows per task of a chain of more than kRowsPerTask rows; a chain of this
+// many rows or fewer (decode rows, short prefill chunks) runs one row per
+// task, so a 4-row decode step's norms, activations and quantization run on
+// four threads instead of one.
 constexpr size_t kRowsPerTask = 8;
 // Activation rows quantized per task.
 constexpr size_t kQuantizeRowsPerTask = 16;
@@ -38,6 +44,13 @@ constexpr size_t kQuantizeRowsPerTask = 16;
 // Eight rows times a GQA group share each converted key and value row (was
 // four: smollm2 prefill 512, attention 10% less work at 1 thread).
 constexpr size_t kAttentionBlockRows = 8;
+// Columns of a piece of a column-split chain are a multiple of this: whole
+// activation blocks of every format (Q8_K's 256 elements) and whole vectors.
+constexpr size_t kChainPieceCols = 256;
+// And at least this many (the last piece aside): below ~1000 columns a
+// SwiGLU + quantization takes ~1 us on one core, less than handing its
+// pieces to other cores and their results on to the next stage.
+constexpr size_t kChainMinPieceCols = 1024;
 // Query heads per KV head the attention tasks are sized for.
 constexpr size_t kMaxGroupHeads = 64;
 
@@ -77,9 +90,16 @@ enum class StageKind { RopeAngles, Chain, Quantize, Tiles, Attention };
 struct Stage {
   StageKind kind;
   size_t rows = 0;               // Chain, RopeAngles: rows processed
+  size_t rows_per_task = 1;      // Chain, RopeAngles: rows of each task (the last takes the rest)
+  // Chain: each row task is cut into col_pieces tasks of piece_cols columns
+  // (the last takes the rest) when every op of the chain and its quantized
+  // inputs are column-local over the same `cols` (cpu_plan.cpp says when).
+  size_t col_pieces = 1;
+  size_t piece_cols = 0;
   std::vector<size_t> ops;       // Chain: graph op indices, in order; Attention: one
   // Quantize: the inputs to quantize; Chain: inputs quantized after the ops
-  // of each row chunk.
+  // of each row chunk; Attention: its output, quantized per (row, head)
+  // after each task.
   std::vector<QuantizeEntry> quantize;
   std::vector<TileEntry> tiles;
   size_t n_tasks = 0;            // fixed task count (Attention: decided per step)

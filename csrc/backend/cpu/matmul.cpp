@@ -85,14 +85,58 @@ constexpr double kMacsPerByte = 8.0;
 constexpr size_t kMaxRowBlocks = 64;
 
 // Calls of at most kGemvMaxRows rows on a pack: chunks of whole runs of
-// gemv_streams() groups, so each task reads that many weight streams side by
-// side (kernel_set.h, x86_kernels_512_packed_gemv.inc). No change otherwise.
-void fit_decode_chunks(MatmulJob& job, size_t n_rows) {
+// groups, so each task reads its groups side by side (kernel_set.h,
+// x86_kernels_512_packed_gemv.inc). A run is gemv_streams() groups, unless
+// the matrix has so few groups that whole runs balance badly over the
+// threads: the stage lasts about its rounds of tasks times the groups per
+// task, and a run of s < gemv_streams() groups is taken when that cuts this
+// by at least an eighth (fewer streams read a little slower, so a sliver of
+// balance is not worth them). smollm2's o and down projections (576 rows:
+// 36 groups) were 9 tasks of 4 groups: 3 rounds at 4 threads, the last one
+// task long (3 threads idle), and at 16 threads one round with 7 threads
+// idle; runs of 3 make 12 tasks of 3 groups (3 rounds of 3 groups at 4
+// threads, one round at 16). llama-1b's matrices keep runs of 4 at 4 and 16
+// threads. Only for a matmul alone in its stage: where several share one
+// (q with k and v, gate with up) their tasks fill the threads together, and
+// narrower runs only made more, smaller tasks (on the Xeon, smollm2 Q8_0
+// single-row decode at 16 threads ran 470-545 tok/s with every matmul
+// narrowed against 521-579 without, device call s6-2).
+// Which task computes a row changes no bit.
+void fit_decode_chunks(MatmulJob& job, size_t threads, size_t n_rows, bool shares_stage) {
   if (job.packed_tile == nullptr || n_rows == 0 || n_rows > kGemvMaxRows) return;
-  const size_t run = kPackedRows * gemv_streams();
-  job.chunk = (job.chunk + run - 1) / run * run;
+  const size_t groups = (job.n_out + kPackedRows - 1) / kPackedRows;
+  const size_t want = (job.chunk + kPackedRows - 1) / kPackedRows;  // groups per task, kTasksPerThread per thread
+  size_t best_run = 0, best_cost = 0;
+  for (size_t run = gemv_streams(); run >= 1 && !(shares_stage && best_run != 0); --run) {
+    const size_t chunk_groups = (want + run - 1) / run * run;
+    const size_t tasks = (groups + chunk_groups - 1) / chunk_groups;
+    const size_t cost = (tasks + threads - 1) / threads * chunk_groups;
+    if (best_run == 0 || 8 * cost <= 7 * best_cost) {
+      best_run = run;
+      best_cost = cost;
+    }
+  }
+  const size_t run_rows = kPackedRows * best_run;
+  job.chunk = (job.chunk + run_rows - 1) / run_rows * run_rows;
   job.n_chunks = (job.n_out + job.chunk - 1) / job.chunk;
   job.out_chunks = job.n_chunks;
+  // The stage ends when its last task does: with chunks of several runs
+  // (kTasksPerThread per thread: llama-1b's 8192-wide down projection at 4
+  // threads is 16 tasks of 590 KB of Q4_0, its output table 16 of 9.3 MB),
+  // a thread that fell behind by a little still holds the others up for
+  // up to a whole task. So the last half round of the work (threads x
+  // chunk / 2 outputs, or all of it) is cut into one-run tasks, claimed
+  // last (tasks go in index order), and the others' wait is at most one run.
+  const size_t chunk_groups = job.chunk / kPackedRows;
+  if (threads > 1 && chunk_groups > best_run) {
+    const size_t tail_target = threads * chunk_groups / 2;
+    const size_t head_chunks = groups > tail_target ? (groups - tail_target) / chunk_groups : 0;
+    const size_t tail_groups = groups - head_chunks * chunk_groups;
+    job.tail_first = head_chunks;
+    job.tail_chunk = run_rows;
+    job.n_chunks = head_chunks + (tail_groups + best_run - 1) / best_run;
+    job.out_chunks = job.n_chunks;
+  }
 }
 
 void split_rows(MatmulJob& job, size_t threads, size_t n_rows) {
@@ -139,7 +183,7 @@ void split_rows(MatmulJob& job, size_t threads, size_t n_rows) {
 }  // namespace
 
 MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
-                          const PackedWeight* pack, size_t n_rows) {
+                          const PackedWeight* pack, size_t n_rows, bool shares_stage) {
   require_2d(w, "matmul");
   const uint32_t type_id = static_cast<uint32_t>(w.type);
   MatmulJob job;
@@ -176,7 +220,7 @@ MatmulJob MatmulJob::plan(const TensorInfo& w, const KernelSet& kernels, size_t 
       job.format |= kPackedActFlag;
     }
   }
-  fit_decode_chunks(job, n_rows);
+  fit_decode_chunks(job, threads, n_rows, shares_stage);
   split_rows(job, threads, n_rows);
   return job;
 }
@@ -218,6 +262,28 @@ void MatmulJob::quantize_rows(const float* x, size_t first, size_t last, uint8_t
   }
 }
 
+size_t MatmulJob::quantize_cols_granule() const {
+  return activation_block_elems(static_cast<ActivationFormat>(format & ~kPackedActFlag));
+}
+
+void MatmulJob::quantize_cols(const float* x, size_t first, size_t n, uint8_t* act_row) const {
+  const ActivationFormat base = static_cast<ActivationFormat>(format & ~kPackedActFlag);
+  const size_t granule = activation_block_elems(base);
+  if (first % granule != 0 || n % granule != 0 || first + n > n_in) {
+    throw InternalError("[matmul] quantize_cols: columns " + std::to_string(first) + " + " + std::to_string(n) +
+                        " are not whole blocks of a row of " + std::to_string(n_in));
+  }
+  quantize(x + first, act_row + activation_row_bytes(base, first), n);
+  if (act_extra_at == 0) return;
+  PackedActExtra* extra = reinterpret_cast<PackedActExtra*>(act_row + act_extra_at) + first / 32;
+  const uint8_t* blocks = act_row + activation_row_bytes(base, first);
+  if (base == ActivationFormat::Q8_1) {
+    fill_packed_act_extras<BlockQ8_1>(blocks, n / 32, extra);
+  } else {
+    fill_packed_act_extras<BlockQ8_0>(blocks, n / 32, extra);
+  }
+}
+
 void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const {
   // One tile call per chunk: the kernels block for the caches themselves
   // and may reorganize the activation rows once per call.
@@ -234,14 +300,33 @@ void MatmulJob::run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y)
     n_rows = last_row - first_row;
     c %= out_chunks;
   }
-  const size_t first = c * chunk;
-  const size_t rows = std::min(n_out, first + chunk) - first;
+  size_t first = 0, rows = 0;
+  chunk_outputs(c, &first, &rows);
   if (packed_tile != nullptr) {
     packed_tile(n_in, packed + first / kPackedRows * packed_group_bytes, rows, act, act_row_bytes, n_rows,
                 y + first, n_out);
     return;
   }
   tile(n_in, w + first * w_row_bytes, w_row_bytes, rows, act, act_row_bytes, n_rows, y + first, n_out);
+}
+
+void MatmulJob::chunk_outputs(size_t c, size_t* first, size_t* rows) const {
+  const bool tail = tail_chunk != 0 && c >= tail_first;
+  *first = tail ? tail_first * chunk + (c - tail_first) * tail_chunk : c * chunk;
+  *rows = std::min(n_out, *first + (tail ? tail_chunk : chunk)) - *first;
+}
+
+void MatmulJob::chunk_weights(size_t c, const uint8_t** begin, size_t* bytes) const {
+  if (row_block != 0) c %= out_chunks;
+  size_t first = 0, rows = 0;
+  chunk_outputs(c, &first, &rows);
+  if (packed_tile != nullptr) {
+    *begin = packed + first / kPackedRows * packed_group_bytes;
+    *bytes = (rows + kPackedRows - 1) / kPackedRows * packed_group_bytes;
+  } else {
+    *begin = w + first * w_row_bytes;
+    *bytes = rows * w_row_bytes;
+  }
 }
 
 void matmul(const TensorInfo& w, const float* x, size_t n_rows, float* y, ThreadPool& pool,

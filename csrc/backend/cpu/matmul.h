@@ -60,6 +60,12 @@ struct MatmulJob {
   // (prefill), where a task over all rows would re-read every activation
   // row for a sliver of the outputs.
   size_t row_block = 0;
+  // Decode-sized calls whose chunks hold several runs of groups: tasks from
+  // tail_first on cover tail_chunk outputs each (one run) after the
+  // tail_first chunks of `chunk`, so a stage ends on short tasks; 0: every
+  // task is `chunk` outputs.
+  size_t tail_first = 0;
+  size_t tail_chunk = 0;
   // Set when the weight is read from its pack (packed_weights.h): group g of
   // kPackedRows rows at packed + g * packed_group_bytes.
   PackedTileFn packed_tile = nullptr;
@@ -70,13 +76,30 @@ struct MatmulJob {
   // `threads` threads and calls of `n_rows` activation rows (0: unknown; a
   // job runs correctly on any n_rows, the split is only sized for this
   // one). With `pack` (w's pack, made with `kernels`; otherwise ignored) the
-  // tiles read the pack.
+  // tiles read the pack. `shares_stage`: the job's tasks run in one stage
+  // with other matmuls' (q, k and v; gate and up), so its decode chunks are
+  // not narrowed for balance on its own (matmul.cpp, fit_decode_chunks).
   static MatmulJob plan(const TensorInfo& w, const KernelSet& kernels, size_t threads,
-                        const PackedWeight* pack = nullptr, size_t n_rows = 0);
+                        const PackedWeight* pack = nullptr, size_t n_rows = 0, bool shares_stage = false);
   // act row r = quantized x row r, for r in [first, last).
   void quantize_rows(const float* x, size_t first, size_t last, uint8_t* act) const;
+  // Elements a column range given to quantize_cols must start and end on
+  // (the activation format's block).
+  size_t quantize_cols_granule() const;
+  // Columns [first, first + n) of one row x (the whole row, n_in floats)
+  // into the same columns' bytes of its quantized row act_row: exactly the
+  // bytes quantize_rows writes there, as each block is quantized on its own
+  // (QuantizeFn). first and n are multiples of quantize_cols_granule().
+  void quantize_cols(const float* x, size_t first, size_t n, uint8_t* act_row) const;
   // Task c < n_chunks: y[row block, output chunk] of the n_rows rows of act.
   void run_chunk(size_t c, const uint8_t* act, size_t n_rows, float* y) const;
+  // The weight bytes task c reads (its output chunk's rows or groups), for
+  // a prefetch ahead of it.
+  void chunk_weights(size_t c, const uint8_t** begin, size_t* bytes) const;
+
+ private:
+  // Output rows [*first, *first + *rows) of output chunk c < out_chunks.
+  void chunk_outputs(size_t c, size_t* first, size_t* rows) const;
 };
 
 // matmul with an explicit kernel table instead of the best one for this CPU

@@ -365,21 +365,26 @@ __device__ __forceinline__ float transposed_warp_sums(float (&v)[16], int lane) 
 
 // One share's group update (the decode kernel's per-group body for one warp):
 // `count` (1..G) positions whose K and V rows start at ks / vs in shared
-// memory (rows of pairs_k / pairs_v half2).
-template <int NP>
-__device__ __forceinline__ void update_share(const __half2* ks, const __half2* vs, int pairs_k, int pairs_v,
-                                             int count, const float2 (&qv)[NP], float scale, int lane, float& m,
+// memory (rows of pairs_k / pairs_v half2). kFull: pairs_k = pairs_v =
+// 32 * NP (heads of 64, 128, 192, 256: every lane holds NP pairs, constant
+// strides); kWhole: count = G (every share but a row's last). Both only
+// drop checks that would pass and fold constants: the same operations.
+template <int NP, bool kFull, bool kWhole>
+__device__ __forceinline__ void update_share(const __half2* ks, const __half2* vs, int pairs_k_arg, int pairs_v_arg,
+                                             int count_arg, const float2 (&qv)[NP], float scale, int lane, float& m,
                                              float& l, float2 (&acc)[NP]) {
   constexpr int G = group_positions(NP);
+  const int pairs_k = kFull ? 32 * NP : pairs_k_arg, pairs_v = kFull ? 32 * NP : pairs_v_arg;
+  const int count = kWhole ? G : count_arg;
   constexpr int kShift = G == 32 ? 0 : G == 16 ? 1 : 2;  // lane >> kShift: the position a lane's score is
   // This lane's partial of position g's score: its dimension pairs in order.
   auto partial = [&](int g) {
     float part = 0.0f;
-    if (g < count) {
+    if (kWhole || g < count) {
 #pragma unroll
       for (int j = 0; j < NP; ++j) {
         const int d2 = lane + 32 * j;
-        if (d2 < pairs_k) {
+        if (kFull || d2 < pairs_k) {
           const float2 kf = __half22float2(ks[g * pairs_k + d2]);
           part = __fmaf_rn(qv[j].x, kf.x, part);
           part = __fmaf_rn(qv[j].y, kf.y, part);
@@ -399,12 +404,12 @@ __device__ __forceinline__ void update_share(const __half2* ks, const __half2* v
   }
   const float sum = transposed_warp_sums<G>(v, lane);
   const int mine = lane >> kShift;
-  const float s = mine < count ? __fmul_rn(sum, scale) : -INFINITY;
+  const float s = kWhole || mine < count ? __fmul_rn(sum, scale) : -INFINITY;
   // The max over the group's scores (-inf past count), exact in any order.
   const float group_max = warp_max(s);
   const float m_new = fmaxf(m, group_max);
   const float correction = expf(m - m_new);
-  const float e = mine < count ? expf(s - m_new) : 0.0f;
+  const float e = kWhole || mine < count ? expf(s - m_new) : 0.0f;
 #pragma unroll
   for (int j = 0; j < NP; ++j) {
     acc[j].x = __fmul_rn(acc[j].x, correction);
@@ -415,11 +420,11 @@ __device__ __forceinline__ void update_share(const __half2* ks, const __half2* v
   for (int g = 0; g < G; ++g) {
     const float eg = __shfl_sync(0xffffffffu, e, g << kShift);
     group_sum = __fadd_rn(group_sum, eg);
-    if (g < count) {
+    if (kWhole || g < count) {
 #pragma unroll
       for (int j = 0; j < NP; ++j) {
         const int d2 = lane + 32 * j;
-        if (d2 < pairs_v) {
+        if (kFull || d2 < pairs_v) {
           const float2 vf = __half22float2(vs[g * pairs_v + d2]);
           acc[j].x = __fmaf_rn(eg, vf.x, acc[j].x);
           acc[j].y = __fmaf_rn(eg, vf.y, acc[j].y);
@@ -434,12 +439,14 @@ __device__ __forceinline__ void update_share(const __half2* ks, const __half2* v
 // Grid (kSplits, n_head_kv, ceil(tile_rows / block_rows)), block_rows *
 // group warps; dynamic shared memory: `capacity` K rows then `capacity` V
 // rows of the KV head (capacity = kChunk + block_rows - 1 positions: one
-// chunk plus the spread of the rows' window starts).
-template <int NP>
+// chunk plus the spread of the rows' window starts). kFull: heads of
+// 64 * NP dimensions for both K and V (see update_share).
+template <int NP, bool kFull>
 __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
     attention_shared_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, int n_head, int group,
-                            int head_dim_k, int head_dim_v, int window, float scale, const float* __restrict__ q,
-                            size_t row0, int tile_rows, int block_rows, int capacity, float* __restrict__ part_ms,
+                            int head_dim_k_arg, int head_dim_v_arg, int window, float scale,
+                            const float* __restrict__ q, size_t row0, int tile_rows, int block_rows, int capacity,
+                            float* __restrict__ part_ms,
                             float* __restrict__ part_acc, unsigned* __restrict__ done, float* __restrict__ out,
                             QuantizedOut qo) {
   dependent_launch_begin();
@@ -451,6 +458,7 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int local0 = static_cast<int>(blockIdx.z) * block_rows;
   const int n_rows = min(block_rows, tile_rows - local0);
+  const int head_dim_k = kFull ? 64 * NP : head_dim_k_arg, head_dim_v = kFull ? 64 * NP : head_dim_v_arg;
   const int pairs_k = head_dim_k / 2, pairs_v = head_dim_v / 2;
   const size_t k_stride = static_cast<size_t>(n_head / group) * pairs_k;  // half2 per plane row
   const size_t v_stride = static_cast<size_t>(n_head / group) * pairs_v;
@@ -547,10 +555,13 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
         for (int w = 0; w < kWarps; ++w) {
           const int g0 = me.first + c * kChunk + w * G;  // share w's first position of the chunk
           const int count = min(G, me.pos + 1 - g0);      // warp-uniform
-          if (count > 0) {
-            const int at = g0 - lo;
-            update_share<NP>(ks + static_cast<size_t>(at) * pairs_k, vs + static_cast<size_t>(at) * pairs_v,
-                             pairs_k, pairs_v, count, qv, scale, lane, m[w], l[w], acc[w]);
+          const __half2* ks_at = ks + static_cast<size_t>(g0 - lo) * pairs_k;
+          const __half2* vs_at = vs + static_cast<size_t>(g0 - lo) * pairs_v;
+          if (count == G) {
+            update_share<NP, kFull, true>(ks_at, vs_at, pairs_k, pairs_v, G, qv, scale, lane, m[w], l[w], acc[w]);
+          } else if (count > 0) {
+            update_share<NP, kFull, false>(ks_at, vs_at, pairs_k, pairs_v, count, qv, scale, lane, m[w], l[w],
+                                           acc[w]);
           }
         }
       }
@@ -690,10 +701,13 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
     if (smem + sizeof(SharedRow) * kSharedMaxWarps > 48 * 1024) {
       throw InternalError("[cuda attention] prefill staging of " + std::to_string(smem) + " bytes");
     }
-    const auto kernel = np == 1   ? attention_shared_kernel<1>
-                        : np == 2 ? attention_shared_kernel<2>
-                        : np == 3 ? attention_shared_kernel<3>
-                                  : attention_shared_kernel<4>;
+    // Heads of 64 * np dimensions (K and V) take the instantiation with
+    // constant strides and no lane checks.
+    const bool full = hd_k == 64 * np && hd_v == 64 * np;
+    const auto kernel = np == 1   ? (full ? attention_shared_kernel<1, true> : attention_shared_kernel<1, false>)
+                        : np == 2 ? (full ? attention_shared_kernel<2, true> : attention_shared_kernel<2, false>)
+                        : np == 3 ? (full ? attention_shared_kernel<3, true> : attention_shared_kernel<3, false>)
+                                  : (full ? attention_shared_kernel<4, true> : attention_shared_kernel<4, false>);
     for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
       const int rows = static_cast<int>(std::min(kTileRows, n_rows - row0));
       const dim3 grid(kSplits, static_cast<unsigned>(shape.n_head_kv), ceil_div(rows, block_rows));

@@ -46,9 +46,19 @@ template <int kQuant>
 __global__ void __launch_bounds__(kNormMaxThreads)
     rms_norm_kernel(const float* x, const float* residual, float* sum_out, const float* weight, size_t width,
                     float eps, float* out, int8_t* q, float* d, float* s) {
-  dependent_launch_begin();
   const size_t row = blockIdx.x;
   const unsigned n = blockDim.x, t = threadIdx.x;
+  // The norm weights are never written by a kernel: their loads (from
+  // device memory, the step's weight stream having evicted them from L2)
+  // are issued before dependent_launch_begin(), so they arrive while the
+  // previous kernel finishes instead of after it; x is read after it.
+  float wv[kNormPerThread];
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const size_t i = t + j * n;
+    wv[j] = i < width && weight != nullptr ? weight[i] : 1.0f;
+  }
+  dependent_launch_begin();
   const float* xr = x + row * width;
   const float* rr = residual != nullptr ? residual + row * width : nullptr;
   float* sr = sum_out != nullptr ? sum_out + row * width : nullptr;
@@ -59,14 +69,11 @@ __global__ void __launch_bounds__(kNormMaxThreads)
     sr[i] = e;
     return e;
   };
-  // The weights of the first pass are loaded with x, so their round trip
-  // overlaps the reduction instead of following it.
-  float v[kNormPerThread], wv[kNormPerThread];
+  float v[kNormPerThread];
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const size_t i = t + j * n;
     v[j] = i < width ? load(i) : 0.0f;
-    wv[j] = i < width && weight != nullptr ? weight[i] : 1.0f;
   }
   double sum = 0.0;
 #pragma unroll
