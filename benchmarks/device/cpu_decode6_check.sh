@@ -23,7 +23,8 @@ build_muser_cpu build-d6-old.log || exit 1
 wait; log "both built, models ready: old = this tree, new = it with $(basename "$patch_file")"
 # Facts the decode cells depend on: NUMA nodes (first-touch placement of the packs), huge pages (the packs of
 # 4 MB and up ask for them), the CPU model.
-{ lscpu | grep -E '^(Model name|NUMA node|Thread|Core|Socket|L2|L3)' ; echo "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"; } 2>&1 | tee -a "$res"
+{ lscpu | grep -E '^(Model name|NUMA node|Thread|Core|Socket|L2|L3)'
+  echo "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"; } 2>&1 | tee -a "$res"
 
 cell() {  # TREE TAG ROUND MODEL STEPS GROUP_STEPS
   ( cd "$1" && PYTHONPATH="$1/src:$1/benchmarks:$lib" timeout 60 python3 -u benchmarks/bench_thread_scaling.py \

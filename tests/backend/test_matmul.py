@@ -226,6 +226,39 @@ def test_decode_sized_calls_of_wide_rows_give_the_reference_bits(qtype, isa, str
         gemv_streams(0)
 
 
+FOUR_BIT_PACKED_CASES = [(q, isa) for q, isa in PACKED_CASES if q in (GT.Q4_0, GT.Q4_1)]
+
+
+@pytest.mark.skipif(not FOUR_BIT_PACKED_CASES, reason="no kernel table on this CPU repacks Q4_0 / Q4_1")
+@pytest.mark.parametrize("qtype,isa", FOUR_BIT_PACKED_CASES, ids=lambda v: getattr(v, "name", v))
+@pytest.mark.parametrize("streams", [1, 4])
+def test_one_row_four_bit_dots_at_their_extremes_give_the_reference_bits(qtype, isa, streams, gemv_streams):
+    """One row of Q4_0 / Q4_1 sums the high nibbles' products at 16 times
+    their value and divides once per block (x86_kernels_512_packed_gemv.inc):
+    nibbles all 15, all 0 or mixed, against activations quantized to +-127
+    (constant-magnitude blocks) and to small values, give the reference's
+    bits, so no sum wraps or rounds."""
+    rng = np.random.default_rng(id_of(qtype) + streams)
+    elems, nbytes = block_geometry(qtype)
+    n_in, n_out = input_size(qtype, 7), 40
+    raw = random_matrix(qtype, n_in, n_out, rng).reshape(-1, nbytes)
+    quants = slice(nbytes - 16, nbytes)
+    raw[0::4, quants] = 0xFF
+    raw[1::4, quants] = 0x00
+    raw[2::4, quants] = 0xF0
+    x = np.where(rng.random((1, n_in)) < 0.5, -1.0, 1.0).astype(np.float32) * 37.0
+    x[0, :32] = 37.0  # one block of +127s
+    x[0, 32:64] = -37.0  # and one of -127s
+    x[0, 64:96] = np.linspace(-1e-3, 1.0, 32)  # one of mostly small quants
+    raw = raw.reshape(-1)
+    reference = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=1, isa="scalar")
+    gemv_streams(streams)
+    for threads in (1, 3):
+        packed = t.matmul(id_of(qtype), raw, n_in, n_out, x, threads=threads, isa=isa, packed=True)
+        assert np.array_equal(packed, reference), threads
+    gemv_streams(0)
+
+
 def decode_split(qtype, n_in, n_out, threads, streams, gemv_streams, shares_stage=False):
     raw = random_matrix(qtype, n_in, n_out, np.random.default_rng(5))
     gemv_streams(streams)

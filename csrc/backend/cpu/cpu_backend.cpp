@@ -280,8 +280,8 @@ void CpuBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
 // the first). The other tasks are claimed from the shared counter as they
 // come. A home task whose owner does not show up (the OS has not scheduled
 // it, or the workers are still waking at the start of a step) is taken over
-// by a waiting thread after a short spin, so nobody waits on a thread that
-// is not running. Knowing its next task ahead also lets a waiting thread
+// by a thread that has done its own tasks of the stage, or by a waiting one
+// after a short spin, so nobody waits long on a thread that is not running. Knowing its next task ahead also lets a waiting thread
 // prefetch that task's weights while the stage before runs (a decode step
 // waits on a one-thread norm or activation before most of its matmuls).
 bool CpuBackend::claim_home(size_t owner, uint64_t serial) {
@@ -324,7 +324,8 @@ void CpuBackend::wait_for_stage(const Plan& plan, size_t s, const StepGraph& gra
   const size_t total = stage_tasks_[s];
   if (c.done.load(std::memory_order_acquire) >= total) return;
   // This thread's home task of the next decode matmul stage: its weights,
-  // up to a quarter of a typical L2, go into this core's L2 meanwhile.
+  // up to kPrefetchBytes (a quarter of a 1 MB L2), go into this core's L2
+  // meanwhile.
   const size_t target = next_tiles_[s + 1];
   if (target != kNoStage && prefetch.stage != target) {
     prefetch.stage = target;
@@ -437,12 +438,16 @@ void CpuBackend::run_task(const Plan& plan, const Stage& stage, size_t task, con
       const size_t last = std::min(stage.rows, first + stage.rows_per_task);
       if (stage.col_pieces == 1) {
         for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last, 0, kWholeRow);
-        for (const QuantizeEntry& q : stage.quantize) q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
+        for (const QuantizeEntry& q : stage.quantize) {
+          q.job.quantize_rows(f32(q.x), first, last, act_base_ + q.act_offset);
+        }
         return;
       }
       // A column piece of the rows (cpu_plan.h, split_chain_columns).
       const size_t col_first = (task % stage.col_pieces) * stage.piece_cols;
-      for (size_t op : stage.ops) run_row_op(graph.ops[op], graph, inputs, first, last, col_first, col_first + stage.piece_cols);
+      for (size_t op : stage.ops) {
+        run_row_op(graph.ops[op], graph, inputs, first, last, col_first, col_first + stage.piece_cols);
+      }
       for (const QuantizeEntry& q : stage.quantize) {
         const size_t cols = q.job.n_in;
         const size_t col_last = std::min(cols, col_first + stage.piece_cols);

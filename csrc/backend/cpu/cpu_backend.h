@@ -54,9 +54,9 @@ class CpuBackend final : public Backend {
     alignas(64) std::atomic<size_t> claim{0};
     alignas(64) std::atomic<size_t> done{0};
   };
-  // Per pool thread: the serial number (stage_serial) of the last stage
-  // whose task `thread index` was given out, to its owner or to a thread
-  // that took it over. Serials only grow (never reset across steps), so a
+  // Per pool thread t: the serial number (stage_serial) of the last stage
+  // whose home task (task t) was given out, to t or to a thread that took
+  // it over. Serials only grow (never reset across steps), so a
   // stage's home task goes out exactly once: to whoever moves the slot to
   // that stage's serial.
   struct HomeSlot {

@@ -147,9 +147,9 @@ class PlanBuilder {
   // A chain of a few rows (decode) whose ops are all column-local over one
   // width, with its quantized inputs of that width, is cut into column
   // pieces so that up to `threads` tasks share it: a decode row's SwiGLU
-  // and quantization (8192 columns on llama-1b, ~7 us on one core) ran on
-  // one thread while the others waited; smollm2's 1536 columns stay whole
-  // (kChainMinPieceCols). Every element and every activation block is
+  // and quantization ran on one thread while the others waited (1536
+  // columns took ~1.5 us on one core of the 2-core EPYC, so llama-1b's 8192
+  // take ~8); smollm2's 1536 columns stay whole (kChainMinPieceCols). Every element and every activation block is
   // computed as in one piece (MatmulJob::quantize_cols).
   void split_chain_columns(Stage& s) {
     if (threads_ <= 1 || s.rows == 0 || s.rows > kRowsPerTask) return;

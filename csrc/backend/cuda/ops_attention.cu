@@ -21,6 +21,14 @@
 // of the launch: a row's result is bitwise the same alone, in any group and
 // in any prefill chunking. Short contexts leave most splits empty (their
 // blocks exit at once), long ones keep kSplits blocks per head busy.
+//
+// Two kernels compute exactly that: attention_partial_kernel (the decode
+// kernel, one block per (row, query head, split)) and, from 5 rows on,
+// attention_shared_kernel (the prefill kernel, further down: a block per
+// (split, KV head, a few rows) that stages each K/V position once in
+// shared memory for its rows and the KV head's query heads). Their float
+// operations per row are the same, so decode and prefill agree bit for bit
+// (tests/cuda/test_cuda_prefill_attention.py).
 #include <cuda_fp16.h>
 
 #include <algorithm>
