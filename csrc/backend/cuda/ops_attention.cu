@@ -69,6 +69,51 @@ struct QuantizedOut {
   bool with_sum = false;
 };
 
+// The fold of kWarps online-softmax states (running max m[w], running sum
+// l[w]) in share order into one partial: the block max, the factors
+// f[w] = exp(m[w] - max) that scale each state's values, and the folded sum.
+// The decode kernel folds its warps and the prefill kernel its four shares
+// through this one piece, so their partials agree bit for bit. m[0] is
+// finite (share 0 scored the chunk's first position); a share that scored
+// nothing (max -inf) gets factor exp(-inf) = 0.
+struct ShareFold {
+  float max;
+  float f[kWarps];
+};
+
+__device__ __forceinline__ ShareFold fold_shares(const float* m) {
+  ShareFold fold;
+  fold.max = m[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) fold.max = fmaxf(fold.max, m[w]);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) fold.f[w] = expf(m[w] - fold.max);
+  return fold;
+}
+
+// Writes the partial's (max, folded sum) pair.
+__device__ __forceinline__ void store_fold(const ShareFold& fold, const float* l, float* ms) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum = __fmaf_rn(l[w], fold.f[w], sum);
+  ms[0] = fold.max;
+  ms[1] = sum;
+}
+
+// One value pair of the partial: the states' pairs (pair_of(w)) scaled by
+// their factors, in share order.
+template <typename PairOf>
+__device__ __forceinline__ float2 fold_pair(const ShareFold& fold, PairOf pair_of) {
+  float2 a = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float2 v = pair_of(w);
+    a.x = __fmaf_rn(v.x, fold.f[w], a.x);
+    a.y = __fmaf_rn(v.y, fold.f[w], a.y);
+  }
+  return a;
+}
+
 // Folds the n_active partials from `base` in split order and divides by the
 // folded sum, into out[0, head_dim_v), element 0 being element `first` of
 // the attention output (for the quantized copy's block numbers). The
@@ -219,9 +264,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // Fold the warps in warp order. Warp 0 scored at least position
-  // first + z * kChunk, so the block max is finite; a warp that scored
-  // nothing (max -inf) gets factor exp(-inf) = 0.
+  // Fold the warps in warp order (fold_shares).
   __shared__ float m_s[kWarps], l_s[kWarps];
   __shared__ float2 acc_s[kWarps][32 * NP];
   if (lane == 0) {
@@ -231,29 +274,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < NP; ++j) acc_s[warp][lane + 32 * j] = acc[j];
   __syncthreads();
-  float block_max = m_s[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) block_max = fmaxf(block_max, m_s[w]);
-  float f[kWarps];
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) f[w] = expf(m_s[w] - block_max);
+  const ShareFold fold = fold_shares(m_s);
   const size_t partial = (local * n_head + h) * kSplits + z;
-  if (threadIdx.x == 0) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum = __fmaf_rn(l_s[w], f[w], sum);
-    part_ms[2 * partial] = block_max;
-    part_ms[2 * partial + 1] = sum;
-  }
+  if (threadIdx.x == 0) store_fold(fold, l_s, part_ms + 2 * partial);
   float2* pa = reinterpret_cast<float2*>(part_acc + partial * head_dim_v);
   for (int d2 = threadIdx.x; d2 < pairs_v; d2 += kThreads) {
-    float2 a = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      a.x = __fmaf_rn(acc_s[w][d2].x, f[w], a.x);
-      a.y = __fmaf_rn(acc_s[w][d2].y, f[w], a.y);
-    }
-    pa[d2] = a;
+    pa[d2] = fold_pair(fold, [&](int w) { return acc_s[w][d2]; });
   }
 
   // Last block of the (row, head) in: fold the partials. The fence makes
@@ -579,35 +605,15 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
   }
   if (!active) return;  // no block barrier from here on
 
-  // Fold the shares in share order (the decode kernel's warp fold): share 0
-  // scored position first + z * kChunk, so block_max is finite.
-  float block_max = m[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) block_max = fmaxf(block_max, m[w]);
-  float f[kWarps];
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) f[w] = expf(m[w] - block_max);
+  // Fold the shares in share order (the decode kernel's warp fold).
+  const ShareFold fold = fold_shares(m);
   const size_t partial = (local * n_head + h) * kSplits + z;
-  if (lane == 0) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum = __fmaf_rn(l[w], f[w], sum);
-    part_ms[2 * partial] = block_max;
-    part_ms[2 * partial + 1] = sum;
-  }
+  if (lane == 0) store_fold(fold, l, part_ms + 2 * partial);
   float2* pa = reinterpret_cast<float2*>(part_acc + partial * head_dim_v);
 #pragma unroll
   for (int j = 0; j < NP; ++j) {
     const int d2 = lane + 32 * j;
-    if (d2 < pairs_v) {
-      float2 a = make_float2(0.0f, 0.0f);
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        a.x = __fmaf_rn(acc[w][j].x, f[w], a.x);
-        a.y = __fmaf_rn(acc[w][j].y, f[w], a.y);
-      }
-      pa[d2] = a;
-    }
+    if (d2 < pairs_v) pa[d2] = fold_pair(fold, [&](int w) { return acc[w][j]; });
   }
 
   // Last of the (row, head)'s blocks in: fold the partials (as the decode
