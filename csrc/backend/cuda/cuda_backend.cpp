@@ -156,6 +156,29 @@ void CudaBackend::load_weights(const WeightTable& table) {
       copy_to_device(dst, w.data, w.n_bytes, "upload weights");
     }
   }
+  // The prefill GEMM's packed copies (MUSER_CUDA_GEMM=packed), written on
+  // the device from the uploaded blocks.
+  std::vector<size_t> packed_offset(table.size(), 0);
+  size_t packed_total = 0;
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    const DeviceWeight& d = weight_[i];
+    if (d.vector) continue;
+    const size_t bytes = gemm_packed_weight_bytes(d.type, d.ne1, d.ne0);
+    packed_offset[i] = packed_total;
+    packed_total += align256(bytes);
+  }
+  packed_weights_ = DeviceBuffer(0, "");
+  if (packed_total != 0) {
+    packed_weights_ = DeviceBuffer(packed_total, "the prefill GEMM's packed weights");
+    for (uint32_t i = 0; i < table.size(); ++i) {
+      DeviceWeight& d = weight_[i];
+      if (d.vector || gemm_packed_weight_bytes(d.type, d.ne1, d.ne0) == 0) continue;
+      void* dst = packed_weights_.as<uint8_t>() + packed_offset[i];
+      gemm_pack_weights(d.type, d.data, d.ne1, d.ne0, dst, stream_);
+      d.packed = dst;
+    }
+    check_cuda(cudaStreamSynchronize(as_stream(stream_)), "pack weights");
+  }
 }
 
 std::unique_ptr<KvStorage> CudaBackend::new_kv_storage(const KvLayout& layout) const {
@@ -384,12 +407,12 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         // the same type and row length (a layer's q, k, v; gate and up) in
         // one matvec_targets call: one launch for a decode group.
         MatvecTarget targets[kMaxDecodeTargets];
-        targets[0] = {w.data, w.ne1, act(c, op.dst), w.ne1};
+        targets[0] = {w.data, w.ne1, act(c, op.dst), w.ne1, w.packed};
         ran = shares_input(i);
         for (size_t j = 1; j < ran; ++j) {
           const Op& next = graph.ops[i + j];
           const DeviceWeight& wj = weight_[graph.tensor(next.src[0]).weight];
-          targets[j] = {wj.data, wj.ne1, act(c, next.dst), wj.ne1};
+          targets[j] = {wj.data, wj.ne1, act(c, next.dst), wj.ne1, wj.packed};
         }
         matvec_targets(w.type, targets, ran, x, dst->rows, stream_);
         break;

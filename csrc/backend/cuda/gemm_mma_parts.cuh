@@ -268,4 +268,13 @@ void launch_gemm_v1(DType type, const void* w, size_t n_out, const ActivationVie
 bool launch_gemm_tma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
                      size_t ld_y, cudaStream_t stream);
 
+// The packed version (ops_gemm_mma_packed.cu, Q4_0): the sizes of its
+// packed operands, the weights' packing, and the launch (the activations'
+// packing into x.gemm_pack, then the GEMM on w_packed).
+size_t packed_weight_bytes(size_t n_out, size_t k);
+size_t packed_activation_bytes(size_t n_rows, size_t k);
+void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream);
+void launch_gemm_packed(const void* w_packed, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+                        size_t ld_y, cudaStream_t stream);
+
 }  // namespace muser::cuda::gemm

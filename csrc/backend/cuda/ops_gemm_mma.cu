@@ -361,12 +361,15 @@ void launch_gemm_walk(const void* w, size_t n_out, const ActivationView& x, size
 // the first version (ops_gemm_mma_v1.cu); "v3" this file's kernel (run
 // bitwise-clean on the H200, no faster than v1 there); "tma" the kernel of
 // ops_gemm_mma_tma.cu (this file's kernel where TMA cannot take the matrix),
-// not yet run successfully on a GPU. All compute the same bits.
+// not yet run successfully on a GPU; "packed" the kernel of
+// ops_gemm_mma_packed.cu for Q4_0 weights with a packed copy (v1 for the
+// rest). All compute the same bits.
+constexpr int kPackedVersion = 5;
 int requested_version() {
   static const int version = [] {
     const char* env = std::getenv("MUSER_CUDA_GEMM");
     const std::string v = env != nullptr ? env : "";
-    return v == "v3" ? 3 : v == "tma" ? 4 : 1;
+    return v == "v3" ? 3 : v == "tma" ? 4 : v == "packed" ? kPackedVersion : 1;
   }();
   return version;
 }
@@ -387,8 +390,26 @@ bool has_gemm_mma(DType type) {
   }
 }
 
+bool gemm_packs(DType type) { return type == DType::Q4_0 && gemm::requested_version() == gemm::kPackedVersion; }
+
+size_t gemm_packed_weight_bytes(DType type, size_t n_out, size_t k) {
+  return gemm_packs(type) ? gemm::packed_weight_bytes(n_out, k) : 0;
+}
+
+void gemm_pack_weights(DType type, const void* w, size_t n_out, size_t k, void* dst, void* stream) {
+  if (!gemm_packs(type)) {
+    throw InternalError(std::string("[cuda gemm_pack_weights] the GEMM packs no ") + dtype_info(type).name);
+  }
+  gemm::pack_weights_q4_0(w, n_out, k, dst, static_cast<cudaStream_t>(stream));
+}
+
+size_t gemm_activation_pack_bytes(ActivationFormat format, size_t n_rows, size_t k) {
+  if (format != activation_format(DType::Q4_0) || n_rows < kGemmMinRows || !gemm_packs(DType::Q4_0)) return 0;
+  return gemm::packed_activation_bytes(n_rows, k);
+}
+
 bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
-              void* stream_ptr) {
+              void* stream_ptr, const void* w_packed) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   if (!has_gemm_mma(type)) return false;
   if (x.format != activation_format(type) || x.k % 32 != 0) {
@@ -408,6 +429,12 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
   if (gemm::kTileRows * std::max(row_bytes, x.k) >= (size_t{1} << 32)) return false;
   if (n_rows == 0 || n_out == 0) return true;
   const int version = gemm::requested_version();
+  // The packed operands: the weights' copy from gemm_pack_weights, room for
+  // the activations' in the view (sized for at least n_rows rows).
+  if (w_packed != nullptr && x.gemm_pack != nullptr && gemm_packs(type)) {
+    gemm::launch_gemm_packed(w_packed, n_out, x, n_rows, y, ld_y, stream);
+    return true;
+  }
   if (version == 4 && gemm::launch_gemm_tma(type, w, n_out, x, n_rows, y, ld_y, stream)) return true;
   switch (version) {
     case 1: gemm::launch_gemm_v1(type, w, n_out, x, n_rows, y, ld_y, stream); break;
