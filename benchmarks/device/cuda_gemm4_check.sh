@@ -3,12 +3,13 @@
 #
 #   DEADLINE=150 bash benchmarks/device/cuda_gemm4_check.sh   (from the repository root, $PYLIB carried)
 #
-# gemm_mma runs the first version (ops_gemm_mma_v1.cu) by default. Opt-in versions, all computing the same bits:
+# The versions it compares, all computing the same bits (written when v1 was the default; since the run of
+# 2026-12-02 08:50, in which every phase below passed, packed is the default for Q4_0):
 #   MUSER_CUDA_GEMM=packed  ops_gemm_mma_packed.cu (Q4_0): weights packed at upload and activations packed per
 #                           call in the walk's order, so a stage is 8 contiguous 16-byte copies per thread, no
-#                           decode pass; new, not yet run on a GPU
-#   MUSER_CUDA_GEMM=tma     ops_gemm_mma_tma.cu: its first run died of an illegal instruction, fixed since by
-#                           reading, unverified
+#                           decode pass
+#   MUSER_CUDA_GEMM=tma     ops_gemm_mma_tma.cu (its first run, 06:24, died of an illegal instruction; fixed)
+#   MUSER_CUDA_GEMM=v1      ops_gemm_mma_v1.cu, every type
 # Phases (each only while the budget lasts; a failing test phase still prints its failures and the later phases
 # still run; the new kernels' tests each in their own process, so a sticky error poisons nothing else):
 #   build    cmake + ninja (CUDA ON, sm_90) into build/cuda, and benchmarks/device/mma_rate.cu; meanwhile the

@@ -156,13 +156,16 @@ void CudaBackend::load_weights(const WeightTable& table) {
       copy_to_device(dst, w.data, w.n_bytes, "upload weights");
     }
   }
-  // The prefill GEMM's packed copies (MUSER_CUDA_GEMM=packed), written on
-  // the device from the uploaded blocks.
+  // The prefill GEMM's packed copies (gemm_packs: Q4_0 unless
+  // MUSER_CUDA_GEMM says otherwise) of every matrix a product may read,
+  // written on the device from the uploaded blocks. They sit beside the
+  // blocks, which the decode matvec keeps reading: llama3-8b's layers take
+  // 4.3 GiB more (cuda_ops.h, gemm_packs).
   std::vector<size_t> packed_offset(table.size(), 0);
   size_t packed_total = 0;
   for (uint32_t i = 0; i < table.size(); ++i) {
     const DeviceWeight& d = weight_[i];
-    if (d.vector) continue;
+    if (d.vector || table[i].lookup_only) continue;
     const size_t bytes = gemm_packed_weight_bytes(d.type, d.ne1, d.ne0);
     packed_offset[i] = packed_total;
     packed_total += align256(bytes);
@@ -172,7 +175,7 @@ void CudaBackend::load_weights(const WeightTable& table) {
     packed_weights_ = DeviceBuffer(packed_total, "the prefill GEMM's packed weights");
     for (uint32_t i = 0; i < table.size(); ++i) {
       DeviceWeight& d = weight_[i];
-      if (d.vector || gemm_packed_weight_bytes(d.type, d.ne1, d.ne0) == 0) continue;
+      if (d.vector || table[i].lookup_only || gemm_packed_weight_bytes(d.type, d.ne1, d.ne0) == 0) continue;
       void* dst = packed_weights_.as<uint8_t>() + packed_offset[i];
       gemm_pack_weights(d.type, d.data, d.ne1, d.ne0, dst, stream_);
       d.packed = dst;

@@ -263,13 +263,15 @@ bool has_gemm_mma(DType type);
 bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
               size_t ld_y, void* stream, const void* w_packed = nullptr);
 
-// The packed GEMM (MUSER_CUDA_GEMM=packed, read once; Q4_0 only so far):
-// whether gemm_mma reads weights of `type` from a packed copy. The copy
-// holds each 64-output tile's stages as contiguous 10 KiB chunks in the
-// walk's order (the quants' nibble words ordered as the MMA's lanes read
-// them, the scales widened to float), so that every stage is a few
-// contiguous 16-byte copies; it costs 20 bytes per 32 weights beside the
-// 18 of the GGUF blocks, which the decode matvec keeps reading.
+// The packed GEMM (the default for Q4_0; MUSER_CUDA_GEMM=v1, v3 or tma,
+// read once, turn it off): whether gemm_mma reads weights of `type` from a
+// packed copy. The copy holds each 64-output tile's stages as contiguous
+// 10 KiB chunks in the walk's order (the quants' nibble words ordered as
+// the MMA's lanes read them, the scales widened to float), so that every
+// stage is a few contiguous 16-byte copies. It costs 20 bytes per 32
+// weights (more where the walk pads a row: k = 14336 walks 512 units for
+// 448) beside the 18 of the GGUF blocks, which the decode matvec keeps
+// reading: llama3-8b's 32 layers 4.53 GB beside 3.93 GB of blocks.
 bool gemm_packs(DType type);
 // Bytes of the packed copy of an (n_out, k) matrix (0 unless gemm_packs).
 size_t gemm_packed_weight_bytes(DType type, size_t n_out, size_t k);

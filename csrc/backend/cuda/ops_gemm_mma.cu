@@ -40,13 +40,16 @@
 // Walk); steps with u >= n_units load nothing and add +0.0f (a no-op, see
 // compute_slot).
 //
-// Versions (requested_version): gemm_mma runs ops_gemm_mma_v1.cu's first
-// version (8 warps, 16 outputs per thread, one stage of copies in flight,
-// the decode between two barriers) unless MUSER_CUDA_GEMM picks this file's
-// kernel ("v3") or ops_gemm_mma_tma.cu's ("tma": this kernel's tiles and
-// math with the copies by the tensor memory accelerator; this file's kernel
-// where TMA cannot take the matrix). gemm_mma_parts.cuh holds what the
-// versions share.
+// Versions (requested_version): by default gemm_mma runs
+// ops_gemm_mma_packed.cu's kernel for Q4_0 weights that have a packed copy
+// (the backend makes one at upload; 1.8x v1 on the H200) and
+// ops_gemm_mma_v1.cu's first version (8 warps, 16 outputs per thread, one
+// stage of copies in flight, the decode between two barriers) for the
+// other types. MUSER_CUDA_GEMM picks a version for every type: "v1" (no
+// packed copies), this file's kernel ("v3") or ops_gemm_mma_tma.cu's
+// ("tma": this kernel's tiles and math with the copies by the tensor memory
+// accelerator; this file's kernel where TMA cannot take the matrix).
+// gemm_mma_parts.cuh holds what the versions share.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -357,19 +360,21 @@ void launch_gemm_walk(const void* w, size_t n_out, const ActivationView& x, size
   check_launch("gemm_mma");
 }
 
-// The kernel version gemm_mma runs (MUSER_CUDA_GEMM, read once): by default
-// the first version (ops_gemm_mma_v1.cu); "v3" this file's kernel (run
-// bitwise-clean on the H200, no faster than v1 there); "tma" the kernel of
-// ops_gemm_mma_tma.cu (this file's kernel where TMA cannot take the matrix),
-// not yet run successfully on a GPU; "packed" the kernel of
-// ops_gemm_mma_packed.cu for Q4_0 weights with a packed copy (v1 for the
-// rest). All compute the same bits.
+// The kernel version gemm_mma runs (MUSER_CUDA_GEMM, read once; all
+// compute the same bits, all ran bitwise-clean on the H200 on 2026-12-02):
+// by default ("packed", or unset) the kernel of ops_gemm_mma_packed.cu for
+// Q4_0 weights with a packed copy and the first version
+// (ops_gemm_mma_v1.cu) for the rest (q 4096x4096 at 512 rows: 111 us vs
+// v1's 194); "v1" the first version for every type, with no packed copies
+// (the way back); "v3" this file's kernel (as fast as v1); "tma" the kernel
+// of ops_gemm_mma_tma.cu (165 us; this file's kernel where TMA cannot take
+// the matrix).
 constexpr int kPackedVersion = 5;
 int requested_version() {
   static const int version = [] {
     const char* env = std::getenv("MUSER_CUDA_GEMM");
     const std::string v = env != nullptr ? env : "";
-    return v == "v3" ? 3 : v == "tma" ? 4 : v == "packed" ? kPackedVersion : 1;
+    return v == "v1" ? 1 : v == "v3" ? 3 : v == "tma" ? 4 : kPackedVersion;
   }();
   return version;
 }
@@ -437,7 +442,8 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
   }
   if (version == 4 && gemm::launch_gemm_tma(type, w, n_out, x, n_rows, y, ld_y, stream)) return true;
   switch (version) {
-    case 1: gemm::launch_gemm_v1(type, w, n_out, x, n_rows, y, ld_y, stream); break;
+    case 1:
+    case gemm::kPackedVersion: gemm::launch_gemm_v1(type, w, n_out, x, n_rows, y, ld_y, stream); break;
     default:  // 3, and 4 where TMA cannot take the matrix
       gemm::with_gemm_type(type, [&]<typename T>() {
         gemm::with_walk(x.k, [&]<int kP>(int stages_per_class) {

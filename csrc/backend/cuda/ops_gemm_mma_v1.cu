@@ -1,6 +1,7 @@
 // The first version of the tensor-core prefill GEMM (ops_gemm_mma.cu says
-// why its walk is bitwise the matvec's), kept so that MUSER_CUDA_GEMM=v1
-// measures the later versions against it: 8 warps per 64 x 64 tile, each
+// why its walk is bitwise the matvec's): the default for the types the
+// packed kernel (ops_gemm_mma_packed.cu) does not take, and for every type
+// under MUSER_CUDA_GEMM=v1 (the way back). 8 warps per 64 x 64 tile, each
 // 32 rows x 16 outputs (16 outputs per thread with a 5-level register tree
 // stack, 255 registers), 8 units per stage, the next stage's copies in flight
 // while one is computed, the weights decoded between two barriers.
