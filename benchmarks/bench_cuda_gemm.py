@@ -9,8 +9,9 @@ per call).
 
 Beside each (unless --no-groups), the same rows through the decode kernel in
 groups of 4 (one launch per group), which tells where the GEMM starts to pay.
-MUSER_CUDA_GEMM=v3 or tma in the environment times another version of the GEMM
-(ops_gemm_mma.cu says which).
+MUSER_CUDA_GEMM=v1, v3 or tma in the environment times another version of the
+GEMM than the default (the packed kernel for Q4_0, v1 for the other types;
+ops_gemm_mma.cu says which).
 
 The sum over one layer's seven matrices times 32 layers is the model's matmul
 time for one prefill chunk of that many rows.
