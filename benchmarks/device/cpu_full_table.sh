@@ -7,6 +7,9 @@
 # the pure-Python packages the device image lacks (jinja2, markupsafe, platformdirs, tqdm, gguf) in $PYLIB
 # (default .cudawork/lead/pylib). Each part skips what a warm machine already built (llama.cpp, muser, models).
 # ROUNDS=N (default 1) measures every cell N times, muser and llama.cpp alternating (the host's load drifts).
+# Both sides follow llama-bench's protocol (benchmarks/device/muser_cells.py says how): single-row decode is
+# TG=N tokens (default 64, as the device tool ran llama-bench) from an empty context; DEPTH=D adds a single-row decode column after D prompt
+# tokens (llama-bench -d D). SPECS="model:TYPE ..." and THREADS="4 16" narrow a part to some cells.
 # Output: $OUT/table-<part>.txt; `python3 benchmarks/device/format_table.py` turns it into the markdown table
 # (the best of the rounds per side).
 set -uo pipefail
@@ -19,6 +22,7 @@ case $part in
   big) specs="llama3-8b:Q4_0 llama3-8b:Q4_K"; threads="16" ;;
   *) echo "unknown part $part (small|big)"; exit 2 ;;
 esac
+specs=${SPECS:-$specs}; threads=${THREADS:-$threads}; tg=${TG:-64}; depth=${DEPTH:-0}
 gen_models $specs &
 build_muser_cpu "build-$part.log" || exit 1
 export PYTHONPATH="$root/src:$root:$lib"
@@ -32,9 +36,11 @@ fi
 for s in $specs; do
   f="$w/${s%%:*}-${s##*:}.gguf"; name=$(basename "$f" .gguf)
   for t in $threads; do for round in $(seq "${ROUNDS:-1}"); do
-    timeout 150 python3 -u "$d/mb.py" "$f" "$t" 2>&1 | tail -1 | tee -a "$res"
-    timeout 150 "$w/b/bin/llama-bench" -m "$f" -t "$t" -p 512 -n 64 -r 2 -o csv 2>/dev/null |
+    timeout 150 python3 -u benchmarks/device/muser_cells.py "$f" "$t" --tg "$tg" --depth "$depth" 2>&1 | tail -1 | tee -a "$res"
+    timeout 150 "$w/b/bin/llama-bench" -m "$f" -t "$t" -p 512 -n "$tg" -r 2 -o csv 2>/dev/null |
       python3 -c "import csv,sys; r=list(csv.DictReader(sys.stdin)); print('llama   %-28s t=%-3s pp512 %8.1f  tg %7.1f' % (sys.argv[1], sys.argv[2], *[float(x['avg_ts']) for x in r]))" "$name.gguf" "$t" | tee -a "$res"
+    [ "$depth" -gt 0 ] && timeout 150 "$w/b/bin/llama-bench" -m "$f" -t "$t" -p 0 -n "$tg" -d "$depth" -r 2 -o csv 2>/dev/null |
+      python3 -c "import csv,sys; r=list(csv.DictReader(sys.stdin)); print('llama   %-28s t=%-3s tg@%s %7.1f' % (sys.argv[1], sys.argv[2], sys.argv[3], float(r[0]['avg_ts'])))" "$name.gguf" "$t" "$depth" | tee -a "$res"
     timeout 150 "$w/b/bin/llama-batched-bench" -m "$f" -t "$t" -c 2048 -b 512 -ub 512 -npp 64 -ntg 32 -npl 4 2>/dev/null |
       awk -F'|' -v f="$name.gguf" -v t="$t" '/^\|[ ]+[0-9]/{printf "llama   %-28s t=%-3s 4-seq decode %7.1f\n", f, t, $9}' | tee -a "$res"
   done; done

@@ -22,17 +22,23 @@ def read_cells(paths: list[str]) -> dict:
             continue
         who, model, threads, rest = m.groups()
         cell = cells.setdefault((model, int(threads)), {})
-        for key, value in re.findall(r"(pp512|tg|4-row|4-seq decode)\s+([\d.]+)", rest):
+        for key, value in re.findall(r"(pp512|tg(?:@\d+)?|4-row|4-seq decode)\s+([\d.]+)", rest):
             cell.setdefault((who, {"4-seq decode": "4-row"}.get(key, key)), []).append(float(value))
     return cells
 
 
 def main() -> None:
-    print("| model | threads | prefill 512 | single-row decode | 4 rows vs 4 sequences |")
-    print("|---|---|---|---|---|")
-    for (model, threads), cell in sorted(read_cells(sys.argv[1:]).items()):
+    cells = read_cells(sys.argv[1:])
+    depths = sorted({key for cell in cells.values() for _, key in cell if key.startswith("tg@")},
+                    key=lambda key: int(key[3:]))
+    keys = ["pp512", "tg", *depths, "4-row"]
+    titles = {"pp512": "prefill 512", "tg": "single-row decode", "4-row": "4 rows vs 4 sequences"}
+    print("| model | threads | " + " | ".join(titles.get(key, f"single-row decode at depth {key[3:]}")
+                                           for key in keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for (model, threads), cell in sorted(cells.items()):
         shown = []
-        for key in ("pp512", "tg", "4-row"):
+        for key in keys:
             ours, theirs = cell.get(("muser", key)), cell.get(("llama", key))
             counts = (len(ours or []), len(theirs or []))
             note = f" [best of {counts[0]} / {counts[1]}]" if max(counts) > 1 else ""
