@@ -5,7 +5,7 @@ segment. Also the fraction of memory bandwidth each decode cell reaches
 (weight bytes read per step / step time / 4.3 TB/s, the H200's measured copy
 rate) and the GPU memory of 4 slots at 4,096 context.
 
-    python benchmarks/bench_cuda.py MODEL.gguf [MODEL.gguf ...] [--peer peer.txt]
+    python benchmarks/bench_cuda.py MODEL.gguf [MODEL.gguf ...] [--peer peer.txt] [--prefill-only]
 
 --peer names a file of llama.cpp lines printed by .device/cuda-peer.sh; the
 table then shows muser / llama.cpp per cell.
@@ -85,6 +85,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="+")
     ap.add_argument("--peer", default=None)
+    ap.add_argument("--prefill-only", action="store_true", help="only the pp512 cell")
     args = ap.parse_args()
     peer = peer_figures(args.peer)
     print(f"{'model':24s} {'cell':>8s} {'muser tok/s':>12s} {'llama.cpp':>10s} {'ratio':>6s} {'bandwidth':>9s}")
@@ -96,7 +97,7 @@ def main() -> None:
         step_bytes = weight_bytes_per_step(path)
         prompt = [int(t) for t in np.random.default_rng(1).integers(300, engine.n_vocab, 128)]
         cells = []
-        for rows in (1, 2, 4):
+        for rows in () if args.prefill_only else (1, 2, 4):
             rate = decode_rate(engine, rows, prompt)
             bw = (rate / rows) * step_bytes / PEAK_BYTES_PER_S
             cells.append((f"{rows} seq", rate, peer.get((name, str(rows))), f"{100 * bw:.0f}%"))
@@ -105,6 +106,9 @@ def main() -> None:
             ratio = f"{rate / ref:.2f}" if ref else "-"
             ref_text = f"{ref:.1f}" if ref else "-"
             print(f"{name:24s} {cell:>8s} {rate:12.1f} {ref_text:>10s} {ratio:>6s} {bw:>9s}", flush=True)
+        if args.prefill_only:
+            del engine
+            continue
         slots = [engine.session(max_context=4096) for _ in range(4)]
         used = gpu_memory_used_mib() - before
         print(f"{name:24s} GPU memory with weights + 4 slots x 4096 context: {used:.0f} MiB "

@@ -54,6 +54,7 @@ class CudaBackend final : public Backend {
   struct DeviceWeight {
     DType type = DType::F32;
     const void* data = nullptr;  // device
+    const void* packed = nullptr;  // the GEMM's packed copy (gemm_packs), in packed_weights_
     size_t ne0 = 0, ne1 = 1;
     bool vector = false;         // widened to float32
   };
@@ -81,6 +82,7 @@ class CudaBackend final : public Backend {
   void* stream_ = nullptr;  // cudaStream_t
   const WeightTable* table_ = nullptr;
   DeviceBuffer weights_;
+  DeviceBuffer packed_weights_;  // gemm_pack_weights' copies of the matrices whose type gemm_packs
   std::vector<DeviceWeight> weight_;
   std::map<std::tuple<double, size_t, uint32_t>, DeviceBuffer> rope_tables_;  // (base, n_rot, divisor weight)
 

@@ -36,6 +36,9 @@ constexpr int kPrefillTileRows = 8;
 //   s     float (n_rows, k / 32): Q8_1 only, fp16(d * sum(q)) widened
 //   bsum  int32 (n_rows, k / 16): Q8_K only, sums of each 16 quants
 //   f     float (n_rows, k): F32 only (points at the input rows)
+//   gemm_pack  room for the packed GEMM's walk-ordered copy of q and d
+//         (gemm_activation_pack_bytes; Q8_0 views of kGemmMinRows rows or
+//         more, and only while gemm_packs(Q4_0)), written by gemm_mma itself
 struct ActivationView {
   ActivationFormat format = ActivationFormat::F32;
   size_t k = 0;
@@ -44,6 +47,7 @@ struct ActivationView {
   const float* s = nullptr;
   const int32_t* bsum = nullptr;
   const float* f = nullptr;
+  void* gemm_pack = nullptr;
 };
 
 // Device bytes an ActivationView of n_rows x k takes (F32 needs none).
@@ -62,8 +66,10 @@ ActivationView quantize_activations(ActivationFormat format, const float* x, siz
 // y (n_rows, ld_y) columns [0, n_out) = x (n_rows, k) times the weight
 // matrix w (n_out rows of k elements of `type`, GGUF row layout). x is in
 // activation_format(type).
+// w_packed: gemm_pack_weights' copy of w, which the GEMM reads where given
+// (null: the GEMM reads w).
 void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-            size_t ld_y, void* stream);
+            size_t ld_y, void* stream, const void* w_packed = nullptr);
 
 // How the decode matvec (1..4 rows, ops_matvec_decode.cu) lays out one
 // launch: each warp computes `warp_rows` consecutive weight rows for every
@@ -92,6 +98,7 @@ struct MatvecTarget {
   size_t n_out = 0;
   float* y = nullptr;
   size_t ld_y = 0;
+  const void* w_packed = nullptr;  // gemm_pack_weights' copy of w, or null
 };
 constexpr size_t kMaxDecodeTargets = 3;
 
@@ -288,7 +295,29 @@ bool has_gemm_mma(DType type);
 // types with has_gemm_mma whose weights start and end 4-byte aligned and
 // whose activation quants are 16-byte aligned; false (nothing enqueued)
 // otherwise.
+// With w_packed (gemm_pack_weights' copy of w) and x.gemm_pack, the packed
+// version runs (ops_gemm_mma_packed.cu): it first writes x's walk-ordered
+// copy into x.gemm_pack, then reads only the packed operands.
 bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-              size_t ld_y, void* stream);
+              size_t ld_y, void* stream, const void* w_packed = nullptr);
+
+// The packed GEMM (the default for Q4_0; MUSER_CUDA_GEMM=v1, v3 or tma,
+// read once, turn it off): whether gemm_mma reads weights of `type` from a
+// packed copy. The copy holds each 64-output tile's stages as contiguous
+// 10 KiB chunks in the walk's order (the quants' nibble words ordered as
+// the MMA's lanes read them, the scales widened to float), so that every
+// stage is a few contiguous 16-byte copies. It costs 20 bytes per 32
+// weights (more where the walk pads a row: k = 14336 walks 512 units for
+// 448) beside the 18 of the GGUF blocks, which the decode matvec keeps
+// reading: llama3-8b's 32 layers 4.53 GB beside 3.93 GB of blocks.
+bool gemm_packs(DType type);
+// Bytes of the packed copy of an (n_out, k) matrix (0 unless gemm_packs).
+size_t gemm_packed_weight_bytes(DType type, size_t n_out, size_t k);
+// Writes the packed copy of w (n_out rows of k elements, GGUF layout) into
+// dst (gemm_packed_weight_bytes of room, 16-byte aligned).
+void gemm_pack_weights(DType type, const void* w, size_t n_out, size_t k, void* dst, void* stream);
+// Bytes of an ActivationView's gemm_pack room for n_rows x k (0 below
+// kGemmMinRows rows or unless gemm_packs(Q4_0)).
+size_t gemm_activation_pack_bytes(ActivationFormat format, size_t n_rows, size_t k);
 
 }  // namespace muser::cuda

@@ -644,17 +644,23 @@ std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, siz
   }
   Stream stream;
   DeviceBuffer dw = upload_weights(type, w, n_out, k);
+  // The GEMM's packed copy, as the backend makes it at upload (only under
+  // MUSER_CUDA_GEMM=packed).
+  const size_t packed_bytes = cuda::gemm_packed_weight_bytes(type, n_out, k);
+  DeviceBuffer dw_packed(packed_bytes, "packed weights");
+  if (packed_bytes != 0) cuda::gemm_pack_weights(type, dw.get(), n_out, k, dw_packed.get(), stream.get());
+  const void* w_packed = packed_bytes != 0 ? dw_packed.get() : nullptr;
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
   const DeviceActivations act(type, x, n_rows, k, stream.get());
   const cuda::ActivationView& view = act.view;
   auto run = [&] {
     if (path == MatmulPath::Gemm) {
-      if (!cuda::gemm_mma(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get())) {
+      if (!cuda::gemm_mma(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get(), w_packed)) {
         throw InvalidArgument(
             "[cuda testing] the tensor-core GEMM refused this matrix (it must start and end 4-byte aligned)");
       }
     } else if (group_rows == 0) {
-      cuda::matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get());
+      cuda::matvec(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get(), w_packed);
     } else {
       for (size_t r0 = 0; r0 < n_rows; r0 += group_rows) {
         const size_t rows = std::min(group_rows, n_rows - r0);

@@ -79,7 +79,7 @@ void check_matvec_input(DType type, const ActivationView& x) {
 }  // namespace
 
 void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-            size_t ld_y, void* stream_ptr) {
+            size_t ld_y, void* stream_ptr, const void* w_packed) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   if (n_rows == 0 || n_out == 0) return;
   check_matvec_input(type, x);
@@ -92,7 +92,7 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
     matvec_decode(type, &target, 1, x, n_rows, decode_config(type, n_out, n_rows), stream_ptr);
     return;
   }
-  if (n_rows >= kGemmMinRows && gemm_mma(type, w, n_out, x, n_rows, y, ld_y, stream)) return;
+  if (n_rows >= kGemmMinRows && gemm_mma(type, w, n_out, x, n_rows, y, ld_y, stream, w_packed)) return;
   const bool ok = dispatch_type(type, [&]<typename T>() {
     launch_matvec<T, kPrefillTileRows>(w, n_out, x, n_rows, y, ld_y, stream);
   });
@@ -107,7 +107,8 @@ void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const
   }
   if (n_rows > 4 || count == 1) {
     for (size_t i = 0; i < count; ++i) {
-      matvec(type, targets[i].w, targets[i].n_out, x, n_rows, targets[i].y, targets[i].ld_y, stream);
+      matvec(type, targets[i].w, targets[i].n_out, x, n_rows, targets[i].y, targets[i].ld_y, stream,
+             targets[i].w_packed);
     }
     return;
   }

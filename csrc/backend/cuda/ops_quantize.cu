@@ -89,7 +89,8 @@ size_t activation_bytes(ActivationFormat format, size_t n_rows, size_t k) {
   const size_t elems = n_rows * k;
   switch (format) {
     case ActivationFormat::F32: return 0;
-    case ActivationFormat::Q8_0: return align_up(elems) + align_up(elems / 32 * 4);
+    case ActivationFormat::Q8_0:
+      return align_up(elems) + align_up(elems / 32 * 4) + align_up(gemm_activation_pack_bytes(format, n_rows, k));
     case ActivationFormat::Q8_1: return align_up(elems) + 2 * align_up(elems / 32 * 4);
     case ActivationFormat::Q8_K: return align_up(elems) + align_up(elems / 256 * 4) + align_up(elems / 16 * 4);
   }
@@ -117,6 +118,7 @@ ActivationView activation_view(ActivationFormat format, size_t n_rows, size_t k,
   view.d = reinterpret_cast<float*>(base);
   base += align_up(elems / 32 * 4);
   if (format == ActivationFormat::Q8_1) view.s = reinterpret_cast<float*>(base);
+  if (gemm_activation_pack_bytes(format, n_rows, k) != 0) view.gemm_pack = base;
   return view;
 }
 

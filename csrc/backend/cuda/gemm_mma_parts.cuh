@@ -1,0 +1,280 @@
+// Parts of the tensor-core prefill GEMM shared by its kernel versions
+// (ops_gemm_mma.cu holds gemm_mma, the cp.async kernel and why the walk is
+// bitwise the matvec's; ops_gemm_mma_tma.cu the kernel with TMA copies;
+// ops_gemm_mma_v1.cu the first version, kept for before/after measurements
+// through MUSER_CUDA_GEMM): the block tile and stage sizes, the class walk,
+// the pairwise tree stack, shared-memory layout helpers, cp.async, ldmatrix
+// and the int8 MMA.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/weight_units.cuh"
+
+namespace muser::cuda::gemm {
+
+constexpr int kTileRows = 64;   // activation rows per block
+constexpr int kTileOut = 64;    // weight rows (outputs) per block
+constexpr int kStageUnits = 8;  // units per shared-memory stage
+
+// 1.5 * 2^23: floats in [2^23, 2^24) are spaced 1 apart, so adding an int in
+// (-2^22, 2^22) to these bits gives the float 1.5 * 2^23 + int exactly.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagic = 12582912.0f;
+
+// A unit row (32 int8) is two 16-byte halves; row r keeps half h at
+// position h ^ ((r / 4) % 2), so the 8 rows one ldmatrix phase reads hit
+// all 32 banks once.
+__device__ __forceinline__ int swizzled_half(int row, int half) { return half ^ ((row >> 2) & 1); }
+
+// The 4-byte words of global memory that cover one weight block (blocks of
+// 18, 22 and 34 bytes sit at 2-byte alignment): kWords of them, kept in
+// shared memory at an odd word stride so that lanes on consecutive rows
+// decode without bank conflicts.
+template <typename T>
+struct RawBlock {
+  static constexpr int kWords = T::kBlockBytes % 4 == 0 ? T::kBlockBytes / 4 : (T::kBlockBytes + 2 + 3) / 4;
+  static constexpr int kStride = kWords | 1;
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// Asynchronous global -> shared copies of 4 and 16 bytes; bytes past
+// src_bytes (0..size) are not read and land as zeros.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+// The same with the destination as a shared-memory address (smem_addr) and
+// a copy of 4 bytes that happens only if `copy` (no zero fill).
+__device__ __forceinline__ void cp_async4_to(unsigned dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4_if(bool copy, unsigned dst, const void* src) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p cp.async.ca.shared.global [%1], [%2], 4;\n}\n" ::"r"(
+          static_cast<int>(copy)),
+      "r"(dst), "l"(src));
+}
+// p itself, as a value the compiler cannot recompute: per-lane pointers set
+// up once stay in registers instead of being rebuilt from the kernel
+// parameters at every use (which a kernel at its register limit otherwise
+// does, at several 64-bit multiply-adds each time).
+template <typename P>
+__device__ __forceinline__ P* opaque(P* p) {
+  asm volatile("" : "+l"(p));
+  return p;
+}
+__device__ __forceinline__ unsigned opaque(unsigned v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most kPending of this thread's committed groups are still
+// in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ int bitrev5(int i) { return static_cast<int>(__brev(static_cast<unsigned>(i)) >> 27); }
+
+__host__ __device__ constexpr int trailing_ones(int i) { return (i & 1) ? 1 + trailing_ones(i >> 1) : 0; }
+
+// Four (two) 8x8 b16 matrices from shared memory: lane L gives the address
+// of row L % 8 of matrix L / 8; register i of lane (g = L / 4, t = L % 4)
+// receives 32-bit word t of row g of matrix i (4 consecutive int8 of that
+// row). .x2 reads the addresses of lanes 0..15 only.
+__device__ __forceinline__ void ldmatrix_x4(int (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x2(int (&r)[2], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(smem)));
+}
+
+// D = A (16x32 s8, row) * B (32x8 s8, col) + c in every accumulator.
+__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int b0, int b1, int c) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c), "r"(c), "r"(c), "r"(c));
+}
+
+// Pushes the class partials acc (N outputs) as a leaf with `kLevel`
+// trailing ones in its index onto the balanced tree: merges with the pending
+// subtrees below kLevel, left sibling first, and leaves acc = 0 for the next
+// class (or, at the last leaf, kLevel == 5, the tree's total). The stack
+// here is 5 levels of registers.
+template <int kLevel, int N>
+__device__ __forceinline__ void push_leaf(float (&acc)[N], float (&stack)[5][N]) {
+#pragma unroll
+  for (int o = 0; o < N; ++o) {
+    float v = acc[o];
+#pragma unroll
+    for (int lv = 0; lv < kLevel; ++lv) v = stack[lv][o] + v;
+    if constexpr (kLevel < 5) {
+      stack[kLevel][o] = v;
+      acc[o] = 0.0f;
+    } else {
+      acc[o] = v;
+    }
+  }
+}
+
+// The tree stack with levels below kRegLevels (level 0 is written every 2nd
+// class, level 1 every 4th, ...) in registers and the upper ones in shared memory,
+// each thread its own float4 columns (conflict-free: consecutive threads,
+// consecutive 16 bytes). A level is always written before it is read (a
+// leaf of class c merges level lv only if bit lv of c is set, and class
+// c - 2^lv wrote it), so the shared part needs no clearing.
+template <int N, int kThreads, int kRegLevelsIn = 2>
+struct TreeStack {
+  static constexpr int kRegLevels = kRegLevelsIn;
+  static constexpr int kSmemFloat4s = (5 - kRegLevels) * (N / 4) * kThreads;  // per block
+  static_assert(N % 4 == 0, "float4 columns");
+  float reg[kRegLevels][N];
+  float4* smem;  // &block_stack[tid], block_stack of kSmemFloat4s
+  __device__ __forceinline__ float4& at(int lv, int q) const {
+    return smem[((lv - kRegLevels) * (N / 4) + q) * kThreads];
+  }
+};
+
+// push_leaf on a TreeStack: the same additions in the same order.
+template <int kLevel, int N, int kThreads, int kRegLevelsIn>
+__device__ __forceinline__ void push_leaf(float (&acc)[N], TreeStack<N, kThreads, kRegLevelsIn>& stack) {
+  constexpr int kRegLevels = kRegLevelsIn;
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) {
+    float v[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) v[c] = acc[4 * q + c];
+#pragma unroll
+    for (int lv = 0; lv < kLevel; ++lv) {
+      if (lv < kRegLevels) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) v[c] = stack.reg[lv < kRegLevels ? lv : 0][4 * q + c] + v[c];
+      } else {
+        const float4 left = stack.at(lv, q);
+        v[0] = left.x + v[0];
+        v[1] = left.y + v[1];
+        v[2] = left.z + v[2];
+        v[3] = left.w + v[3];
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[4 * q + c] = kLevel < 5 ? 0.0f : v[c];
+    if constexpr (kLevel < kRegLevels) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) stack.reg[kLevel][4 * q + c] = v[c];
+    } else if constexpr (kLevel < 5) {
+      stack.at(kLevel, q) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+  }
+}
+
+// push_leaf for a level known only at run time (the same for the whole block).
+template <typename Stack, int N>
+__device__ __forceinline__ void push_leaf_at(int level, float (&acc)[N], Stack& stack) {
+  switch (level) {
+    case 0: push_leaf<0>(acc, stack); break;
+    case 1: push_leaf<1>(acc, stack); break;
+    case 2: push_leaf<2>(acc, stack); break;
+    case 3: push_leaf<3>(acc, stack); break;
+    case 4: push_leaf<4>(acc, stack); break;
+    default: push_leaf<5>(acc, stack); break;
+  }
+}
+
+// The walk over (class, step) pairs. A class (lane l = bitrev5(class)) has
+// P steps, units l + 32 j for j < P, with P = J = ceil(n_units / 32) rounded
+// up to kP (1, 2 or 4) or to a multiple of 8 (kP == 8); steps with
+// u >= n_units add +0.0f. kP < 8: a stage holds 8 / kP whole classes;
+// kP == 8: a class spans `stages_per_class` whole stages. So every class
+// ends at a slot known at compile time, and all but the stage's last class
+// have their tree level known at compile time too.
+template <int kP>
+struct Walk {
+  static constexpr int kClassesPerStage = kP < 8 ? kStageUnits / kP : 1;
+  int stages_per_class;  // kP == 8 only
+  __device__ __forceinline__ int n_stages() const {
+    return kP < 8 ? 32 / kClassesPerStage : 32 * stages_per_class;
+  }
+  __device__ __forceinline__ int unit(int stage, int slot) const {
+    if constexpr (kP < 8) {
+      return bitrev5(stage * kClassesPerStage + slot / kP) + 32 * (slot % kP);
+    } else {
+      return bitrev5(stage / stages_per_class) + 32 * ((stage % stages_per_class) * kStageUnits + slot);
+    }
+  }
+  // Whether stage s ends a class, and that class.
+  __device__ __forceinline__ bool ends_class(int s) const {
+    return kP < 8 || s % stages_per_class == stages_per_class - 1;
+  }
+  __device__ __forceinline__ int last_class(int s) const {
+    return kP < 8 ? (s + 1) * kClassesPerStage - 1 : s / stages_per_class;
+  }
+};
+
+// Calls f.template operator()<kP>(stages_per_class) with the walk of rows of
+// k elements: J = ceil(k / 32 / 32) steps per class, 1, 2 and 3..4 walked as
+// 1, 2 and 4 steps, more as a multiple of 8 (whole stages per class).
+template <typename F>
+void with_walk(size_t k, F&& f) {
+  const size_t per_class = (k / 32 + 31) / 32;
+  if (per_class <= 1) {
+    f.template operator()<1>(1);
+  } else if (per_class <= 2) {
+    f.template operator()<2>(1);
+  } else if (per_class <= 4) {
+    f.template operator()<4>(1);
+  } else {
+    f.template operator()<8>(static_cast<int>((per_class + 7) / 8));
+  }
+}
+
+// Calls f.template operator()<T>() for the weight types with a GEMM; false
+// for the others.
+template <typename F>
+bool with_gemm_type(DType type, F&& f) {
+  switch (type) {
+    case DType::Q4_0: f.template operator()<TypeQ4_0>(); return true;
+    case DType::Q4_1: f.template operator()<TypeQ4_1>(); return true;
+    case DType::Q5_0: f.template operator()<TypeQ5_0>(); return true;
+    case DType::Q5_1: f.template operator()<TypeQ5_1>(); return true;
+    case DType::Q8_0: f.template operator()<TypeQ8_0>(); return true;
+    default: return false;
+  }
+}
+
+// The first version (ops_gemm_mma_v1.cu), launched as gemm_mma launches
+// the current ones (arguments checked there).
+void launch_gemm_v1(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+                    size_t ld_y, cudaStream_t stream);
+
+// The version whose copies are Hopper tensor-memory-access loads
+// (ops_gemm_mma_tma.cu): launches and returns true when the matrix and the
+// activations meet its alignment needs, false (nothing enqueued) otherwise.
+bool launch_gemm_tma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+                     size_t ld_y, cudaStream_t stream);
+
+// The packed version (ops_gemm_mma_packed.cu, Q4_0): the sizes of its
+// packed operands, the weights' packing, and the launch (the activations'
+// packing into x.gemm_pack, then the GEMM on w_packed).
+size_t packed_weight_bytes(size_t n_out, size_t k);
+size_t packed_activation_bytes(size_t n_rows, size_t k);
+void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream);
+void launch_gemm_packed(const void* w_packed, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+                        size_t ld_y, cudaStream_t stream);
+
+}  // namespace muser::cuda::gemm

@@ -1,0 +1,428 @@
+// The packed version of the tensor-core prefill GEMM, the default for Q4_0
+// weights (MUSER_CUDA_GEMM=v1 turns it off): both operands reach it in the
+// walk's order, so that a stage of a block is two contiguous chunks of
+// global memory. On the H200 (2026-12-02) q 4096x4096 at 512 rows took 111
+// us (v1 194), llama3-8b's 32 layers of matrices 45.4 ms (v1 82.5), pp512
+// 8,123 tok/s (v1 5,141), bitwise the matvec in every test. ops_gemm_mma.cu says
+// why the walk is bitwise the matvec's; the walk, the float expression
+// (T::scale_sum after the magic-number convert) and the tree pushes here are
+// v1's (ops_gemm_mma_v1.cu), only the data movement and the weights' decode
+// differ.
+//
+// Why: v1, v3 and the TMA-less versions before all ran ~3 us per 8-unit
+// stage whatever their warps and pipelining. In v1's stage a block moves its
+// 64 x 8 (row, unit) pairs and 64 x 8 (output, unit) pairs from 32-unit
+// strides, each pair its own sector (activation scales 4 bytes per sector,
+// weight blocks of 18 bytes in 4-byte copies at 2-byte alignment), about
+// 1,850 sectors and 4,600 copy instructions per block and stage, then
+// decodes the weights between two barriers. Here a stage is:
+//   activations: one 20 KiB chunk per 64-row tile and stage (the int8 quants
+//     of the 8 units of each row, then per (row, unit) the scale and the
+//     MMA's accumulator start, see below), written by a small pack kernel per
+//     call (pack_activations_kernel, ~2 MiB at 512 x 4096);
+//   weights: one 10 KiB chunk per 64-output tile and stage (the nibble words
+//     in the order the MMA's lanes read them, then the scales as floats),
+//     written once at upload by gemm_pack_weights.
+// So a stage is 8 16-byte cp.async per thread at fixed offsets, one barrier,
+// and no decode pass: the weight fragments are the nibbles themselves.
+//
+// The -8 of Q4_0: the MMA multiplies the unsigned nibbles q (.u8) with the
+// int8 activations a (.s8), and the accumulator starts at kMagicBits -
+// 8 * sum(a) instead of kMagicBits, so the result is kMagicBits + sum((q - 8)
+// a), the same int32 as v1's, exactly: all terms are integers far from int32
+// overflow (|sum(q a)| <= 32 * 15 * 127, |8 sum(a)| <= 8 * 32 * 127). The
+// pack kernel computes sum(a) per (row, unit).
+//
+// Units past n_units and rows or outputs past the matrix are packed as zero
+// quants and zero scales (accumulator start kMagicBits), so their terms are
+// 0 * (0 * 0) = +0.0f, a no-op on an accumulator that is never -0.0f (see
+// v1's compute_slot).
+#include <cstdint>
+#include <utility>
+
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/gemm_mma_parts.cuh"
+
+namespace muser::cuda::gemm {
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps: 2 along rows x 4 along outputs
+constexpr int kWarpRows = 32, kWarpOut = 16;
+constexpr int kOutputs = 16;  // per thread: 2 (m16) x 2 (n8) x 4
+constexpr int kBufs = 4;      // stage buffers: copies run kBufs - 1 stages ahead
+
+// One (64-row tile, stage) chunk of packed activations, each part in the
+// order the MMA's lanes (g = lane / 4, t = lane % 4) read it:
+//   q      [64 rows][8 slots][32 bytes]  the unit's int8 quants
+//   start  [4 m16 tiles][8 slots][8 g]{s, s, s', s'}  the MMA's accumulator
+//          start of rows g and g + 8 of the tile (as its C registers take them)
+//   d      [4 m16 tiles][4 slot pairs][8 g]{d, d', d_next, d_next'}  the
+//          scales of rows g, g + 8 for the pair's two slots
+constexpr int kActQBytes = kTileRows * kStageUnits * 32;
+constexpr int kActStartBytes = kTileRows * kStageUnits * 8;
+constexpr int kActChunk = kActQBytes + kActStartBytes + kTileRows * kStageUnits * 4;
+// One (64-output tile, stage) chunk of packed Q4_0 weights:
+//   q   [64 outputs][4 words t][8 slots]  word t of the block's 16 nibble
+//       bytes (low nibbles: elements 4t..4t+3, high: 16+4t..), which is
+//       what lane t of the MMA's B fragment holds (b0 low, b1 high)
+//   d   [8 n8 tiles][4 slot pairs][4 t]{d, d', d_next, d_next'}  the fp16
+//       scales widened, of outputs 2 t and 2 t + 1 of the tile
+constexpr int kWQBytes = kTileOut * kStageUnits * 16;
+constexpr int kWChunk = kWQBytes + kTileOut * kStageUnits * 4;
+// A stage buffer in shared memory: the two chunks, their quants with the
+// 16-byte pieces of each row swizzled (piece c of row r at c ^ (r % 8), so
+// that the 8 rows an ldmatrix phase or a 4-word load reads hit 8 different
+// bank groups), their scales as packed.
+constexpr int kBufBytes = kActChunk + kWChunk;
+constexpr int kSmemBytes = kBufs * kBufBytes;
+static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
+constexpr int kPieces = kBufBytes / 16;  // 16-byte copies per stage and block
+static_assert(kActQBytes / 16 == 4 * kThreads && (kActQBytes + kActStartBytes) / 16 == 5 * kThreads &&
+                  kActChunk / 16 == 5 * kThreads + kThreads / 2 && (kWChunk - kWQBytes) / 16 == kThreads / 2 &&
+                  kWQBytes / 16 == 2 * kThreads && kPieces == 8 * kThreads,
+              "the copy loop's fixed split of a stage's pieces over the threads");
+
+__host__ __device__ constexpr size_t ceil_tiles(size_t n, size_t tile) { return (n + tile - 1) / tile; }
+
+// D = A (16x32 s8, row) * B (32x8 u8, col) + C.
+__device__ __forceinline__ void mma_s8u8(int (&d)[4], const int (&a)[4], int b0, int b1, const int4& c) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c.x), "r"(c.y), "r"(c.z), "r"(c.w));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_at(int (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Grid: (row tiles, output tiles); row tiles vary fastest, so the blocks
+// that share a weight tile run together and read it from L2.
+//
+// The stage loop: at the top of iteration s, this thread's copies of stage s
+// have landed (wait_group), then the barrier makes everyone's visible and
+// says every warp is done with stage s - 1, whose buffer then receives stage
+// s + kBufs - 1.
+template <int kP>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_packed_kernel(const uint8_t* __restrict__ w_pack, const uint8_t* __restrict__ x_pack, int stages_per_class,
+                       size_t n_rows, size_t n_out, float* __restrict__ y, size_t ld_y) {
+  using T = TypeQ4_0;
+  dependent_launch_begin();  // before the first read of the packed activations (dependent_launch.cuh)
+  extern __shared__ int4 smem_packed[];
+  const unsigned smem0 = smem_addr(smem_packed);
+  // 16-byte loads at a byte offset into shared memory (plain loads: ordered by the barriers).
+  auto lds128 = [&](unsigned offset) { return smem_packed[offset / 16]; };
+  const Walk<kP> walk{stages_per_class};
+  const int n_stages = walk.n_stages();
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int warp_row = (warp % 2) * kWarpRows, warp_out = (warp / 2) * kWarpOut;
+  const size_t r0 = static_cast<size_t>(blockIdx.x) * kTileRows;
+  const size_t n0 = static_cast<size_t>(blockIdx.y) * kTileOut;
+  const bool warp_active = r0 + warp_row < n_rows && n0 + warp_out < n_out;
+
+  // This thread's 8 16-byte pieces of every stage, at fixed offsets from
+  // the stage's chunks: activation quants (rows tid / 16 + 16 j, piece
+  // tid % 16 of the row, j < 4), accumulator starts (piece tid), activation
+  // scales (tid < 128) or weight scales (the others), weight quants
+  // (outputs tid / 8 + 32 j, piece tid % 8 of the output, j < 2).
+  const uint8_t* act_src = opaque(x_pack + static_cast<size_t>(blockIdx.x) * n_stages * kActChunk + 16 * tid);
+  const uint8_t* w_src = opaque(w_pack + static_cast<size_t>(blockIdx.y) * n_stages * kWChunk + 16 * tid);
+  const int qrow = tid / 16;
+  const unsigned act_q_dst = opaque(static_cast<unsigned>(qrow * 256 + 16 * ((tid % 16) ^ (qrow % 8))));
+  const int wcol = tid / 8;
+  const unsigned w_q_dst = opaque(static_cast<unsigned>(kActChunk + wcol * 128 + 16 * ((tid % 8) ^ (wcol % 8))));
+  const bool act_scales = tid < kThreads / 2;
+  const size_t sc_src = act_scales ? 16 * (kActQBytes / 16 + kActStartBytes / 16)
+                                   : 16 * (kWQBytes / 16 - kThreads / 2);  // from act_src / w_src
+  const unsigned sc_dst = opaque(static_cast<unsigned>(
+      act_scales ? kActQBytes + kActStartBytes + 16 * tid : kActChunk + kWQBytes + 16 * (tid - kThreads / 2)));
+  auto issue = [&](int stage, int buf) {
+    if (stage < n_stages) {
+      const uint8_t* a = act_src + static_cast<size_t>(stage) * kActChunk;
+      const uint8_t* b = w_src + static_cast<size_t>(stage) * kWChunk;
+      const unsigned dst = smem0 + buf * kBufBytes;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) cp_async16_to(dst + act_q_dst + 4096 * j, a + 4096 * j, 16);
+      cp_async16_to(dst + kActQBytes + 16 * tid, a + kActQBytes, 16);
+      cp_async16_to(dst + sc_dst, (act_scales ? a : b) + sc_src, 16);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) cp_async16_to(dst + w_q_dst + 4096 * j, b + 4096 * j, 16);
+    }
+    cp_async_commit();  // an empty group past the last stage keeps the wait count uniform
+  };
+
+  // Per-lane shared-memory offsets inside a stage buffer.
+  // A (ldmatrix x4 of m16 tile mi, slot s): lane L gives row L % 8 + 8 ((L / 8) % 2) of the tile, half L / 16;
+  // that row's piece 2 s + half sits at (2 s + half) ^ (row % 8) = (2 s ^ (row % 8 & 6)) + (half ^ (row % 2)).
+  const int mat = lane / 8, mat_row = lane % 8;
+  unsigned a_off[2];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    const int row = warp_row + 16 * mi + mat_row + 8 * (mat & 1);
+    a_off[mi] = row * 256 + 16 * ((mat >> 1) ^ (row & 1));
+  }
+  const unsigned a_xor = 16 * (mat_row & 6);  // rows of both tiles agree mod 8
+  // B (4 words of slots 4 h .. 4 h + 3 of output g of n8 tile ni): piece 2 t + h of the output's 128 bytes.
+  unsigned b_off[2][2];
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) {
+    const int col = warp_out + 8 * ni + g;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) b_off[ni][h] = kActChunk + col * 128 + 16 * ((2 * t + h) ^ (col % 8));
+  }
+  // Accumulator starts (+ 128 slot), activation scales (+ 128 pair) of m16
+  // tile mi; weight scales (+ 64 pair) of n8 tile ni.
+  unsigned start_off[2], ad_off[2], wd_off[2];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    const int mt = warp_row / 16 + mi;
+    start_off[mi] = kActQBytes + (mt * 64 + g) * 16;
+    ad_off[mi] = kActQBytes + kActStartBytes + (mt * 32 + g) * 16;
+  }
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) wd_off[ni] = kActChunk + kWQBytes + ((warp_out / 8 + ni) * 16 + t) * 16;
+
+  float acc[kOutputs], stack[5][kOutputs];
+#pragma unroll
+  for (int o = 0; o < kOutputs; ++o) {
+    acc[o] = 0.0f;
+#pragma unroll
+    for (int lv = 0; lv < 5; ++lv) stack[lv][o] = 0.0f;
+  }
+
+  // One slot: the unit's 4 MMAs and the float terms of the 16 outputs (v1's
+  // expression and order), then a class push known at compile time. wq4[ni]
+  // holds the weight words of slots 4 (kSlot / 4) .. + 3; ad4 and wd4 the
+  // scales of slots kSlot & ~1 and kSlot | 1.
+  auto compute_slot = [&]<int kSlot>(unsigned buf_off, const int4 (&wq4)[2], const float4 (&ad4)[2],
+                                     const float4 (&wd4)[2]) {
+    constexpr int kWord = kSlot % 4;
+    constexpr bool kOdd = kSlot % 2 == 1;
+    int a[2][4];
+    int4 start[2];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      ldmatrix_x4_at(a[mi], smem0 + buf_off + a_off[mi] + ((32 * kSlot) ^ a_xor));
+      start[mi] = lds128(buf_off + start_off[mi] + 128 * kSlot);
+    }
+    float ad[2][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      ad[mi][0] = kOdd ? ad4[mi].z : ad4[mi].x;
+      ad[mi][1] = kOdd ? ad4[mi].w : ad4[mi].y;
+    }
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) {
+      const int w = kWord == 0 ? wq4[ni].x : kWord == 1 ? wq4[ni].y : kWord == 2 ? wq4[ni].z : wq4[ni].w;
+      const int b0 = w & 0x0f0f0f0f, b1 = (w >> 4) & 0x0f0f0f0f;
+      const float wd0 = kOdd ? wd4[ni].z : wd4[ni].x;
+      const float wd1 = kOdd ? wd4[ni].w : wd4[ni].y;
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        int d[4];
+        mma_s8u8(d, a[mi], b0, b1, start[mi]);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float sumf = __int_as_float(d[c]) - kMagic;
+          const int o = (mi * 2 + ni) * 4 + c;
+          acc[o] = acc[o] + T::scale_sum(sumf, (c & 1) ? wd1 : wd0, 0.0f, ad[mi][c >> 1], 0.0f);
+        }
+      }
+    }
+    if constexpr (kP < 8) {
+      constexpr int kClass = kSlot / kP;  // within the stage
+      if constexpr (kSlot % kP == kP - 1 && kClass < Walk<kP>::kClassesPerStage - 1) {
+        push_leaf<trailing_ones(kClass)>(acc, stack);
+      }
+    }
+  };
+  // Slots 2 kPair and 2 kPair + 1: their scales in one load per row / output pair.
+  auto as_float4 = [](const int4& v) {
+    return make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z), __int_as_float(v.w));
+  };
+  auto compute_pair = [&]<int kPair>(unsigned buf_off, const int4 (&wq4)[2]) {
+    float4 ad4[2], wd4[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      ad4[i] = as_float4(lds128(buf_off + ad_off[i] + 128 * kPair));
+      wd4[i] = as_float4(lds128(buf_off + wd_off[i] + 64 * kPair));
+    }
+    compute_slot.template operator()<2 * kPair>(buf_off, wq4, ad4, wd4);
+    compute_slot.template operator()<2 * kPair + 1>(buf_off, wq4, ad4, wd4);
+  };
+  // A stage: slots 0..3 with the first weight words, 4..7 with the second.
+  auto compute_stage = [&](unsigned buf_off) {
+    int4 wq4[2];
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) wq4[ni] = lds128(buf_off + b_off[ni][0]);
+    compute_pair.template operator()<0>(buf_off, wq4);
+    compute_pair.template operator()<1>(buf_off, wq4);
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) wq4[ni] = lds128(buf_off + b_off[ni][1]);
+    compute_pair.template operator()<2>(buf_off, wq4);
+    compute_pair.template operator()<3>(buf_off, wq4);
+  };
+
+#pragma unroll
+  for (int s = 0; s < kBufs - 1; ++s) issue(s, s);
+  for (int s = 0; s < n_stages; ++s) {
+    cp_async_wait<kBufs - 2>();  // this thread's copies of stage s
+    __syncthreads();             // everyone's; and everyone is done with stage s - 1
+    issue(s + kBufs - 1, (s + kBufs - 1) % kBufs);
+    if (warp_active) compute_stage((s % kBufs) * kBufBytes);
+    // The stage's last class ends here (kP == 8: when this is its last stage).
+    if (walk.ends_class(s)) push_leaf_at(__ffs(~walk.last_class(s)) - 1, acc, stack);
+  }
+  cp_async_wait<0>();
+
+  // acc now holds each output's total (the last leaf merged every level).
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const size_t r = r0 + warp_row + 16 * mi + g + 8 * (c >> 1);
+        const size_t n = n0 + warp_out + 8 * ni + 2 * t + (c & 1);
+        if (r < n_rows && n < n_out) y[r * ld_y + n] = acc[(mi * 2 + ni) * 4 + c];
+      }
+    }
+  }
+}
+
+// One thread per (row tile, stage, row, slot): the unit's 32 quants, its
+// scale and the MMA's accumulator start kMagicBits - 8 * sum(quants); zeros
+// (start kMagicBits) past the rows or units.
+template <int kP>
+__global__ void pack_activations_kernel(const int8_t* __restrict__ q, const float* __restrict__ d, size_t n_rows,
+                                        int n_units, int stages_per_class, size_t n_items, uint8_t* __restrict__ pack) {
+  dependent_launch_begin();  // before reading the activations an earlier kernel wrote
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_items) return;
+  const Walk<kP> walk{stages_per_class};
+  const int slot = static_cast<int>(i % kStageUnits);
+  const int row = static_cast<int>(i / kStageUnits % kTileRows);
+  const size_t chunk = i / (kStageUnits * kTileRows);  // row tile * n_stages + stage
+  const int stage = static_cast<int>(chunk % walk.n_stages());
+  const size_t r = chunk / walk.n_stages() * kTileRows + row;
+  const int u = walk.unit(stage, slot);
+  int4 lo = make_int4(0, 0, 0, 0), hi = lo;
+  float scale = 0.0f;
+  int sum = 0;
+  if (r < n_rows && u < n_units) {
+    const int4* src = reinterpret_cast<const int4*>(q + (r * n_units + u) * 32);
+    lo = src[0];
+    hi = src[1];
+    scale = d[r * n_units + u];
+    constexpr int kOnes = 0x01010101;
+    sum = __dp4a(lo.x, kOnes, sum);
+    sum = __dp4a(lo.y, kOnes, sum);
+    sum = __dp4a(lo.z, kOnes, sum);
+    sum = __dp4a(lo.w, kOnes, sum);
+    sum = __dp4a(hi.x, kOnes, sum);
+    sum = __dp4a(hi.y, kOnes, sum);
+    sum = __dp4a(hi.z, kOnes, sum);
+    sum = __dp4a(hi.w, kOnes, sum);
+  }
+  uint8_t* c = pack + chunk * kActChunk;
+  int4* dst = reinterpret_cast<int4*>(c + (row * kStageUnits + slot) * 32);
+  dst[0] = lo;
+  dst[1] = hi;
+  // Row mt * 16 + g + 8 hh of the tile: its start twice in the (mt, slot, g)
+  // quad, its scale in the (mt, slot pair, g) quad.
+  const int mt = row / 16, g = row % 8, hh = row / 8 % 2;
+  const int start = kMagicBits - 8 * sum;
+  *reinterpret_cast<int2*>(c + kActQBytes + ((mt * kStageUnits + slot) * 8 + g) * 16 + 8 * hh) =
+      make_int2(start, start);
+  reinterpret_cast<float*>(c + kActQBytes + kActStartBytes + ((mt * 4 + slot / 2) * 8 + g) * 16)[2 * (slot % 2) + hh] =
+      scale;
+}
+
+// One thread per (output tile, stage, output, slot): see kWChunk.
+template <int kP>
+__global__ void pack_weights_kernel(const uint8_t* __restrict__ w, size_t n_out, int n_units, int stages_per_class,
+                                    size_t n_items, uint8_t* __restrict__ pack) {
+  using T = TypeQ4_0;
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_items) return;
+  const Walk<kP> walk{stages_per_class};
+  const int slot = static_cast<int>(i % kStageUnits);
+  const int col = static_cast<int>(i / kStageUnits % kTileOut);
+  const size_t chunk = i / (kStageUnits * kTileOut);  // output tile * n_stages + stage
+  const int stage = static_cast<int>(chunk % walk.n_stages());
+  const size_t n = chunk / walk.n_stages() * kTileOut + col;
+  const int u = walk.unit(stage, slot);
+  uint32_t words[4] = {0, 0, 0, 0};
+  float scale = 0.0f;
+  if (n < n_out && u < n_units) {
+    const uint8_t* block = w + (n * n_units + u) * T::kBlockBytes;
+    scale = f16_bits_to_f32(load_u16(block));
+#pragma unroll
+    for (int wt = 0; wt < 4; ++wt) words[wt] = load_u32_a2(block + 2 + 4 * wt);
+  }
+  uint8_t* c = pack + chunk * kWChunk;
+  uint32_t* q = reinterpret_cast<uint32_t*>(c) + col * 32 + slot;
+#pragma unroll
+  for (int wt = 0; wt < 4; ++wt) q[8 * wt] = words[wt];
+  reinterpret_cast<float*>(c + kWQBytes + ((col / 8 * 4 + slot / 2) * 4 + col % 8 / 2) * 16)[2 * (slot % 2) + col % 2] =
+      scale;
+}
+
+template <int kP>
+size_t n_stages_of(int stages_per_class) {
+  return kP < 8 ? 32 / Walk<kP>::kClassesPerStage : 32 * static_cast<size_t>(stages_per_class);
+}
+
+size_t stages_of(size_t k) {
+  size_t n = 0;
+  with_walk(k, [&]<int kP>(int stages_per_class) { n = n_stages_of<kP>(stages_per_class); });
+  return n;
+}
+
+}  // namespace
+
+size_t packed_weight_bytes(size_t n_out, size_t k) { return ceil_tiles(n_out, kTileOut) * stages_of(k) * kWChunk; }
+
+size_t packed_activation_bytes(size_t n_rows, size_t k) {
+  return ceil_tiles(n_rows, kTileRows) * stages_of(k) * kActChunk;
+}
+
+void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream) {
+  with_walk(k, [&]<int kP>(int stages_per_class) {
+    const size_t n_items = ceil_tiles(n_out, kTileOut) * n_stages_of<kP>(stages_per_class) * kTileOut * kStageUnits;
+    if (n_items == 0) return;
+    pack_weights_kernel<kP><<<static_cast<unsigned>(ceil_tiles(n_items, 256)), 256, 0, stream>>>(
+        static_cast<const uint8_t*>(w), n_out, static_cast<int>(k / 32), stages_per_class, n_items,
+        static_cast<uint8_t*>(dst));
+    check_launch("gemm pack_weights");
+  });
+}
+
+void launch_gemm_packed(const void* w_packed, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
+                        size_t ld_y, cudaStream_t stream) {
+  with_walk(x.k, [&]<int kP>(int stages_per_class) {
+    const size_t n_items =
+        ceil_tiles(n_rows, kTileRows) * n_stages_of<kP>(stages_per_class) * kTileRows * kStageUnits;
+    launch_dependent(pack_activations_kernel<kP>, dim3(static_cast<unsigned>(ceil_tiles(n_items, 256))), dim3(256),
+                     0, stream, static_cast<const int8_t*>(x.q), static_cast<const float*>(x.d), n_rows,
+                     static_cast<int>(x.k / 32), stages_per_class, n_items, static_cast<uint8_t*>(x.gemm_pack));
+    check_launch("gemm pack_activations");
+    static const cudaError_t opted_in = cudaFuncSetAttribute(
+        gemm_packed_kernel<kP>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+    check_cuda(opted_in, "cudaFuncSetAttribute(gemm_packed)");
+    const dim3 grid(ceil_div(n_rows, kTileRows), ceil_div(n_out, kTileOut));
+    launch_dependent(gemm_packed_kernel<kP>, grid, dim3(kThreads), kSmemBytes, stream,
+                     static_cast<const uint8_t*>(w_packed), static_cast<const uint8_t*>(x.gemm_pack),
+                     stages_per_class, n_rows, n_out, y, ld_y);
+    check_launch("gemm_packed");
+  });
+}
+
+}  // namespace muser::cuda::gemm
