@@ -9,7 +9,7 @@ per call).
 
 Beside each (unless --no-groups), the same rows through the decode kernel in
 groups of 4 (one launch per group), which tells where the GEMM starts to pay.
-MUSER_CUDA_GEMM=v1, v3 or tma in the environment times another version of the
+MUSER_CUDA_GEMM=v1 in the environment times another version of the
 GEMM than the default (the packed kernel for Q4_0, v1 for the other types;
 ops_gemm_mma.cu says which).
 

@@ -3,26 +3,24 @@
 #
 #   DEADLINE=150 bash benchmarks/device/cuda_gemm4_check.sh   (from the repository root, $PYLIB carried)
 #
-# The versions it compares, all computing the same bits (written when v1 was the default; since the run of
-# 2026-12-02 08:50, in which every phase below passed, packed is the default for Q4_0):
-#   MUSER_CUDA_GEMM=packed  ops_gemm_mma_packed.cu (Q4_0): weights packed at upload and activations packed per
-#                           call in the walk's order, so a stage is 8 contiguous 16-byte copies per thread, no
-#                           decode pass
-#   MUSER_CUDA_GEMM=tma     ops_gemm_mma_tma.cu (its first run, 06:24, died of an illegal instruction; fixed)
+# The versions it compares, both computing the same bits (since the run of 2026-12-02 08:50, in which every
+# phase passed, packed is the default for Q4_0; the TMA kernel that run also timed was removed after it):
+#   MUSER_CUDA_GEMM=packed  ops_gemm_mma_packed.cu (Q4_0; = the default): weights packed at upload and activations
+#                           packed per call in the walk's order, so a stage is 8 contiguous 16-byte copies per
+#                           thread, no decode pass
 #   MUSER_CUDA_GEMM=v1      ops_gemm_mma_v1.cu, every type
 # Phases (each only while the budget lasts; a failing test phase still prints its failures and the later phases
 # still run; the new kernels' tests each in their own process, so a sticky error poisons nothing else):
 #   build    cmake + ninja (CUDA ON, sm_90) into build/cuda, and benchmarks/device/mma_rate.cu; meanwhile the
 #            random-weight models are written
 #   packed   the GEMM and matvec tests of tests/cuda/test_cuda_ops.py under packed (bitwise the matvec)
-#   tma      the same under tma
-#   gbench   benchmarks/bench_cuda_gemm.py at 512 and 64 rows (Q4_0): packed, tma (each if its tests passed), v1
+#   gbench   benchmarks/bench_cuda_gemm.py at 512 and 64 rows (Q4_0): packed (if its tests passed), v1
 #   engine   tests/cuda/test_cuda_engine.py less its llama3-8b cells under packed (prefill chunking invariance,
 #            batch invariance, parity through the backend's packed weights)
 #   pp512    benchmarks/bench_cuda.py --prefill-only, llama3-8b Q4_0, under packed
 #   rate     mma_rate: the int8 mma.sync rate alone and with the GEMM's 16 float instructions per MMA
 #   ncu      one q launch (512 x 4096 x 4096 Q4_0) with stall reasons and pipe utilizations: packed, then v1
-# Results: $OUT/results.txt, build.log, packed.xml, tma.xml, engine.xml, ncu-packed.txt, ncu-v1.txt; non-zero
+# Results: $OUT/results.txt, build.log, packed.xml, engine.xml, ncu-packed.txt, ncu-v1.txt; non-zero
 # exit on failure.
 . "$(dirname "$0")/cuda_common.sh"
 
@@ -39,9 +37,8 @@ gemm_tests() {
   fi
 }
 gemm_tests packed
-gemm_tests tma
 
-for version in packed tma v1; do
+for version in packed v1; do
   eval "ok=\${ok_$version:-1}"
   [ "$ok" = 1 ] || { log "bench $version skipped (its tests failed)"; continue; }
   log "bench_cuda_gemm.py, MUSER_CUDA_GEMM=$version (v1 at 06:04: Q4_0 512 rows q 195 us, gate 663, down 768)"

@@ -301,8 +301,8 @@ bool has_gemm_mma(DType type);
 bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
               size_t ld_y, void* stream, const void* w_packed = nullptr);
 
-// The packed GEMM (the default for Q4_0; MUSER_CUDA_GEMM=v1, v3 or tma,
-// read once, turn it off): whether gemm_mma reads weights of `type` from a
+// The packed GEMM (the default for Q4_0; MUSER_CUDA_GEMM=v1, read once,
+// turns it off): whether gemm_mma reads weights of `type` from a
 // packed copy. The copy holds each 64-output tile's stages as contiguous
 // 10 KiB chunks in the walk's order (the quants' nibble words ordered as
 // the MMA's lanes read them, the scales widened to float), so that every

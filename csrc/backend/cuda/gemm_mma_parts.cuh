@@ -1,10 +1,9 @@
 // Parts of the tensor-core prefill GEMM shared by its kernel versions
-// (ops_gemm_mma.cu holds gemm_mma, the cp.async kernel and why the walk is
-// bitwise the matvec's; ops_gemm_mma_tma.cu the kernel with TMA copies;
-// ops_gemm_mma_v1.cu the first version, kept for before/after measurements
-// through MUSER_CUDA_GEMM): the block tile and stage sizes, the class walk,
-// the pairwise tree stack, shared-memory layout helpers, cp.async, ldmatrix
-// and the int8 MMA.
+// (ops_gemm_mma.cu holds gemm_mma and why the walk is bitwise the matvec's;
+// ops_gemm_mma_packed.cu the kernel on packed copies, the Q4_0 default;
+// ops_gemm_mma_v1.cu the first version, on the GGUF blocks): the block tile
+// and stage sizes, the class walk, the pairwise tree stack, shared-memory
+// layout helpers, cp.async, ldmatrix and the int8 MMA.
 #pragma once
 
 #include <cstdint>
@@ -132,57 +131,6 @@ __device__ __forceinline__ void push_leaf(float (&acc)[N], float (&stack)[5][N])
   }
 }
 
-// The tree stack with levels below kRegLevels (level 0 is written every 2nd
-// class, level 1 every 4th, ...) in registers and the upper ones in shared memory,
-// each thread its own float4 columns (conflict-free: consecutive threads,
-// consecutive 16 bytes). A level is always written before it is read (a
-// leaf of class c merges level lv only if bit lv of c is set, and class
-// c - 2^lv wrote it), so the shared part needs no clearing.
-template <int N, int kThreads, int kRegLevelsIn = 2>
-struct TreeStack {
-  static constexpr int kRegLevels = kRegLevelsIn;
-  static constexpr int kSmemFloat4s = (5 - kRegLevels) * (N / 4) * kThreads;  // per block
-  static_assert(N % 4 == 0, "float4 columns");
-  float reg[kRegLevels][N];
-  float4* smem;  // &block_stack[tid], block_stack of kSmemFloat4s
-  __device__ __forceinline__ float4& at(int lv, int q) const {
-    return smem[((lv - kRegLevels) * (N / 4) + q) * kThreads];
-  }
-};
-
-// push_leaf on a TreeStack: the same additions in the same order.
-template <int kLevel, int N, int kThreads, int kRegLevelsIn>
-__device__ __forceinline__ void push_leaf(float (&acc)[N], TreeStack<N, kThreads, kRegLevelsIn>& stack) {
-  constexpr int kRegLevels = kRegLevelsIn;
-#pragma unroll
-  for (int q = 0; q < N / 4; ++q) {
-    float v[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) v[c] = acc[4 * q + c];
-#pragma unroll
-    for (int lv = 0; lv < kLevel; ++lv) {
-      if (lv < kRegLevels) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) v[c] = stack.reg[lv < kRegLevels ? lv : 0][4 * q + c] + v[c];
-      } else {
-        const float4 left = stack.at(lv, q);
-        v[0] = left.x + v[0];
-        v[1] = left.y + v[1];
-        v[2] = left.z + v[2];
-        v[3] = left.w + v[3];
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[4 * q + c] = kLevel < 5 ? 0.0f : v[c];
-    if constexpr (kLevel < kRegLevels) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) stack.reg[kLevel][4 * q + c] = v[c];
-    } else if constexpr (kLevel < 5) {
-      stack.at(kLevel, q) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-  }
-}
-
 // push_leaf for a level known only at run time (the same for the whole block).
 template <typename Stack, int N>
 __device__ __forceinline__ void push_leaf_at(int level, float (&acc)[N], Stack& stack) {
@@ -261,12 +209,6 @@ bool with_gemm_type(DType type, F&& f) {
 // the current ones (arguments checked there).
 void launch_gemm_v1(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
                     size_t ld_y, cudaStream_t stream);
-
-// The version whose copies are Hopper tensor-memory-access loads
-// (ops_gemm_mma_tma.cu): launches and returns true when the matrix and the
-// activations meet its alignment needs, false (nothing enqueued) otherwise.
-bool launch_gemm_tma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-                     size_t ld_y, cudaStream_t stream);
 
 // The packed version (ops_gemm_mma_packed.cu, Q4_0): the sizes of its
 // packed operands, the weights' packing, and the launch (the activations'
