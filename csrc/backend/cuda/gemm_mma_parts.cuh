@@ -17,6 +17,33 @@ constexpr int kTileRows = 64;   // activation rows per block
 constexpr int kTileOut = 64;    // weight rows (outputs) per block
 constexpr int kStageUnits = 8;  // units per shared-memory stage
 
+// The warp grid of both kernels (v1 and packed): 8 warps, 2 along rows x 4
+// along outputs, each 32 rows x 16 outputs as 2 (m16) x 2 (n8) MMA tiles,
+// so 16 outputs per thread.
+constexpr int kThreads = 256;
+constexpr int kWarpRows = 32, kWarpOut = 16;
+constexpr int kOutputs = 16;
+
+// Stores one thread's kOutputs totals of the warp tile whose first row and
+// output are row0 and out0: acc[(mi * 2 + ni) * 4 + c] is row 16 mi + g +
+// 8 (c >> 1), output 8 ni + 2 t + (c & 1) of the tile (the MMA's C layout,
+// g = lane / 4, t = lane % 4); rows and outputs past the matrix are skipped.
+__device__ __forceinline__ void store_warp_outputs(const float (&acc)[kOutputs], size_t row0, size_t out0, int g,
+                                                   int t, size_t n_rows, size_t n_out, float* y, size_t ld_y) {
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const size_t r = row0 + 16 * mi + g + 8 * (c >> 1);
+        const size_t n = out0 + 8 * ni + 2 * t + (c & 1);
+        if (r < n_rows && n < n_out) y[r * ld_y + n] = acc[(mi * 2 + ni) * 4 + c];
+      }
+    }
+  }
+}
+
 // 1.5 * 2^23: floats in [2^23, 2^24) are spaced 1 apart, so adding an int in
 // (-2^22, 2^22) to these bits gives the float 1.5 * 2^23 + int exactly.
 constexpr int kMagicBits = 0x4B400000;
@@ -155,7 +182,7 @@ template <int kP>
 struct Walk {
   static constexpr int kClassesPerStage = kP < 8 ? kStageUnits / kP : 1;
   int stages_per_class;  // kP == 8 only
-  __device__ __forceinline__ int n_stages() const {
+  __host__ __device__ __forceinline__ int n_stages() const {
     return kP < 8 ? 32 / kClassesPerStage : 32 * stages_per_class;
   }
   __device__ __forceinline__ int unit(int stage, int slot) const {

@@ -48,10 +48,7 @@
 namespace muser::cuda::gemm {
 namespace {
 
-constexpr int kThreads = 256;  // 8 warps: 2 along rows x 4 along outputs
-constexpr int kWarpRows = 32, kWarpOut = 16;
-constexpr int kOutputs = 16;  // per thread: 2 (m16) x 2 (n8) x 4
-constexpr int kBufs = 4;      // stage buffers: copies run kBufs - 1 stages ahead
+constexpr int kBufs = 4;  // stage buffers: copies run kBufs - 1 stages ahead
 
 // One (64-row tile, stage) chunk of packed activations, each part in the
 // order the MMA's lanes (g = lane / 4, t = lane % 4) read it:
@@ -283,19 +280,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   cp_async_wait<0>();
 
   // acc now holds each output's total (the last leaf merged every level).
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < 2; ++ni) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const size_t r = r0 + warp_row + 16 * mi + g + 8 * (c >> 1);
-        const size_t n = n0 + warp_out + 8 * ni + 2 * t + (c & 1);
-        if (r < n_rows && n < n_out) y[r * ld_y + n] = acc[(mi * 2 + ni) * 4 + c];
-      }
-    }
-  }
+  store_warp_outputs(acc, r0 + warp_row, n0 + warp_out, g, t, n_rows, n_out, y, ld_y);
 }
+
+// Item i of a pack kernel's grid, one per (tile, stage, line, slot) with
+// kLines lines (activation rows or outputs) per tile: its chunk (tile *
+// n_stages + stage), its line in the tile and in the matrix, its slot, and
+// the unit the walk puts in that slot.
+template <int kP, int kLines>
+struct PackItem {
+  int slot, line, unit;
+  size_t chunk, index;
+  __device__ __forceinline__ PackItem(size_t i, const Walk<kP>& walk)
+      : slot(static_cast<int>(i % kStageUnits)),
+        line(static_cast<int>(i / kStageUnits % kLines)),
+        chunk(i / (kStageUnits * kLines)) {
+    index = chunk / walk.n_stages() * kLines + line;
+    unit = walk.unit(static_cast<int>(chunk % walk.n_stages()), slot);
+  }
+};
 
 // One thread per (row tile, stage, row, slot): the unit's 32 quants, its
 // scale and the MMA's accumulator start kMagicBits - 8 * sum(quants); zeros
@@ -306,13 +309,9 @@ __global__ void pack_activations_kernel(const int8_t* __restrict__ q, const floa
   dependent_launch_begin();  // before reading the activations an earlier kernel wrote
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_items) return;
-  const Walk<kP> walk{stages_per_class};
-  const int slot = static_cast<int>(i % kStageUnits);
-  const int row = static_cast<int>(i / kStageUnits % kTileRows);
-  const size_t chunk = i / (kStageUnits * kTileRows);  // row tile * n_stages + stage
-  const int stage = static_cast<int>(chunk % walk.n_stages());
-  const size_t r = chunk / walk.n_stages() * kTileRows + row;
-  const int u = walk.unit(stage, slot);
+  const PackItem<kP, kTileRows> item(i, Walk<kP>{stages_per_class});
+  const int slot = item.slot, row = item.line, u = item.unit;
+  const size_t chunk = item.chunk, r = item.index;
   int4 lo = make_int4(0, 0, 0, 0), hi = lo;
   float scale = 0.0f;
   int sum = 0;
@@ -352,13 +351,9 @@ __global__ void pack_weights_kernel(const uint8_t* __restrict__ w, size_t n_out,
   using T = TypeQ4_0;
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_items) return;
-  const Walk<kP> walk{stages_per_class};
-  const int slot = static_cast<int>(i % kStageUnits);
-  const int col = static_cast<int>(i / kStageUnits % kTileOut);
-  const size_t chunk = i / (kStageUnits * kTileOut);  // output tile * n_stages + stage
-  const int stage = static_cast<int>(chunk % walk.n_stages());
-  const size_t n = chunk / walk.n_stages() * kTileOut + col;
-  const int u = walk.unit(stage, slot);
+  const PackItem<kP, kTileOut> item(i, Walk<kP>{stages_per_class});
+  const int slot = item.slot, col = item.line, u = item.unit;
+  const size_t chunk = item.chunk, n = item.index;
   uint32_t words[4] = {0, 0, 0, 0};
   float scale = 0.0f;
   if (n < n_out && u < n_units) {
@@ -375,14 +370,9 @@ __global__ void pack_weights_kernel(const uint8_t* __restrict__ w, size_t n_out,
       scale;
 }
 
-template <int kP>
-size_t n_stages_of(int stages_per_class) {
-  return kP < 8 ? 32 / Walk<kP>::kClassesPerStage : 32 * static_cast<size_t>(stages_per_class);
-}
-
 size_t stages_of(size_t k) {
   size_t n = 0;
-  with_walk(k, [&]<int kP>(int stages_per_class) { n = n_stages_of<kP>(stages_per_class); });
+  with_walk(k, [&]<int kP>(int stages_per_class) { n = Walk<kP>{stages_per_class}.n_stages(); });
   return n;
 }
 
@@ -396,7 +386,8 @@ size_t packed_activation_bytes(size_t n_rows, size_t k) {
 
 void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream) {
   with_walk(k, [&]<int kP>(int stages_per_class) {
-    const size_t n_items = ceil_tiles(n_out, kTileOut) * n_stages_of<kP>(stages_per_class) * kTileOut * kStageUnits;
+    const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
+    const size_t n_items = ceil_tiles(n_out, kTileOut) * n_stages * kTileOut * kStageUnits;
     if (n_items == 0) return;
     pack_weights_kernel<kP><<<static_cast<unsigned>(ceil_tiles(n_items, 256)), 256, 0, stream>>>(
         static_cast<const uint8_t*>(w), n_out, static_cast<int>(k / 32), stages_per_class, n_items,
@@ -408,8 +399,8 @@ void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStr
 void launch_gemm_packed(const void* w_packed, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
                         size_t ld_y, cudaStream_t stream) {
   with_walk(x.k, [&]<int kP>(int stages_per_class) {
-    const size_t n_items =
-        ceil_tiles(n_rows, kTileRows) * n_stages_of<kP>(stages_per_class) * kTileRows * kStageUnits;
+    const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
+    const size_t n_items = ceil_tiles(n_rows, kTileRows) * n_stages * kTileRows * kStageUnits;
     launch_dependent(pack_activations_kernel<kP>, dim3(static_cast<unsigned>(ceil_tiles(n_items, 256))), dim3(256),
                      0, stream, static_cast<const int8_t*>(x.q), static_cast<const float*>(x.d), n_rows,
                      static_cast<int>(x.k / 32), stages_per_class, n_items, static_cast<uint8_t*>(x.gemm_pack));

@@ -15,9 +15,6 @@
 namespace muser::cuda::gemm {
 namespace {
 
-constexpr int kThreads = 256;  // 8 warps: 2 along rows x 4 along outputs
-constexpr int kWarpRows = 32, kWarpOut = 16;
-constexpr int kOutputs = 16;   // per thread: 2 (m16) x 2 (n8) x 4
 static_assert(kTileRows % 32 == 0 && kTileOut % 32 == 0, "a warp stages whole rows of 32 lanes");
 
 // Shared memory of one block. Activations arrive by cp.async, double
@@ -247,18 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // acc now holds each output's total (the last leaf merged every level).
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-    for (int ni = 0; ni < 2; ++ni) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const size_t r = r0 + warp_row + 16 * mi + g + 8 * (c >> 1);
-        const size_t n = n0 + warp_out + 8 * ni + 2 * t + (c & 1);
-        if (r < n_rows && n < n_out) y[r * ld_y + n] = acc[(mi * 2 + ni) * 4 + c];
-      }
-    }
-  }
+  store_warp_outputs(acc, r0 + warp_row, n0 + warp_out, g, t, n_rows, n_out, y, ld_y);
 }
 
 template <typename T, int kP>
