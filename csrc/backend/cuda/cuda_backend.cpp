@@ -189,7 +189,8 @@ void CudaBackend::load_weights(const WeightTable& table) {
     try {
       packed_weights_ = DeviceBuffer(packed_total, "the prefill GEMM's packed weights");
     } catch (const DeviceMemoryError&) {
-      packed_weights_ = DeviceBuffer(0, "");  // allocation_failed cleared the error
+      // No copies: packed_weights_ stays empty (the throwing constructor
+      // assigned nothing), and allocation_failed cleared the CUDA error.
     }
   }
   if (packed_weights_.get() != nullptr) {
