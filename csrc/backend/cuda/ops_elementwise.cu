@@ -191,11 +191,11 @@ __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(float* a, size_t n_heads_a, unsigned groups_a, float* b, size_t n_heads_b, size_t head_dim,
                 size_t n_rot, bool neox, const int32_t* positions, const double* inv_freq, double position_scale,
                 RopeKvStore store) {
-  dependent_launch_begin();
   extern __shared__ float angles[];  // cos of the n_rot / 2 frequencies, then their sin
   const size_t row = blockIdx.x;
   const bool storing = store.kv.tables != nullptr;
   if (storing && blockIdx.y == gridDim.y - 1) {
+    dependent_launch_begin();
     if (store.kv.writes[row] == 0) return;
     const float* src = store.v + row * store.v_width;
     uint16_t* dst = const_cast<uint16_t*>(store.kv.tables[row][store.n_layer + store.layer]) +
@@ -209,12 +209,19 @@ __global__ void __launch_bounds__(kRopeThreads)
   const size_t n_heads = in_a ? n_heads_a : n_heads_b;
   const size_t h0 = static_cast<size_t>(in_a ? blockIdx.y : blockIdx.y - groups_a) * kRopeHeads;
   const size_t half = n_rot / 2;
+  // The angles before dependent_launch_begin(): no kernel writes the
+  // positions (copied in before a step's first kernel, which starts only
+  // after that copy, and every later kernel only after the one before it
+  // has passed its own wait) or the frequencies (uploaded once), so the
+  // double cos/sin, the costly part of this kernel, overlap the previous
+  // kernel's tail instead of following it.
   const double p = static_cast<double>(positions[row]) * position_scale;
   for (size_t i = threadIdx.x; i < half; i += kRopeThreads) {
     const double theta = p * inv_freq[i];
     angles[i] = static_cast<float>(cos(theta));
     angles[half + i] = static_cast<float>(sin(theta));
   }
+  dependent_launch_begin();
   __syncthreads();
   const size_t heads = min(kRopeHeads, n_heads - h0);
   for (size_t t = threadIdx.x; t < heads * half; t += kRopeThreads) {
