@@ -200,10 +200,12 @@ def test_rms_norm_matches_numpy():
     np.testing.assert_allclose(gpu, ref, rtol=2e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("width", [64, 128, 576, 1000, 2048, 4096, 4100, 5376, 8192, 16384, 16500])
+@pytest.mark.parametrize("width", [64, 128, 480, 512, 576, 1000, 2048, 4096, 4100, 5376, 8192, 8224, 16384, 16500])
 def test_rms_norm_at_every_block_size_and_rows_are_independent(width):
-    """Widths below, at and past the 16-per-thread register span of the
-    largest block (16384), odd warp counts, and a width not a multiple of 32."""
+    """Both kernels: the strided one (widths under 512 or not a multiple of
+    32: below, at and past the 16-per-thread register span of its largest
+    block, odd warp counts) and the one whose threads own 32-element blocks
+    (from 512 on; past 8192 a thread owns more than one block)."""
     rng = np.random.default_rng(width)
     x = (rng.standard_normal((6, width)) * rng.uniform(0.01, 30, (6, 1))).astype(np.float32)
     w = rng.uniform(0.5, 1.5, width).astype(np.float32)
@@ -216,7 +218,7 @@ def test_rms_norm_at_every_block_size_and_rows_are_independent(width):
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1"])
-@pytest.mark.parametrize("width", [64, 576, 2048, 4096, 5376])
+@pytest.mark.parametrize("width", [64, 480, 512, 576, 2048, 4096, 5376, 8224, 16384])
 def test_rms_norm_quantized_writes_the_norm_and_exactly_its_quantization(fmt, width):
     """The fused decode-path norm: its floats bitwise rms_norm's, its Q8 bytes
     bitwise those the activation quantizer writes from those floats."""
@@ -236,7 +238,7 @@ def test_rms_norm_quantized_writes_the_norm_and_exactly_its_quantization(fmt, wi
 
 
 @pytest.mark.parametrize("fmt", ["F32", "Q8_0", "Q8_1"])
-@pytest.mark.parametrize("width", [576, 4096, 5376])
+@pytest.mark.parametrize("width", [480, 576, 4096, 5376, 16384])
 def test_add_rms_norm_writes_the_sum_the_norm_and_its_quantization(fmt, width):
     """The residual add fused into the next norm (in place over a, as the
     backend runs it): the sums bitwise a + b, the norm bitwise rms_norm's of

@@ -16,15 +16,13 @@
 namespace muser::cuda {
 namespace {
 
-// rms_norm: one block per row, each thread keeping kNormPerThread elements
-// (strided by the block) in registers so all its loads are in flight at
-// once; the block is sized from the width alone (a warp per 512 elements, at
-// most 1024 threads), so a row's reduction order is the same in any launch.
-// A decode step runs 65 of these on one row each, between matvecs: 8 warps
-// for a 4096-wide row (not 32) cross their barriers and the cross-warp sum
-// sooner, and under programmatic dependent launch a 256-thread block finds
-// room on an SM still running the previous matvec's blocks, where a
-// 1024-thread block waits for one to drain.
+// rms_norm of rows narrower than 512 (per-head norms) or of a width that is
+// no multiple of 32 (wider rows of a multiple of 32, every model's hidden
+// size: rms_norm_blocks_kernel below): one block per row, each thread
+// keeping kNormPerThread elements (strided by the block) in registers so all
+// its loads are in flight at once; the block is sized from the width alone
+// (a warp per 512 elements, at most 1024 threads), so a row's reduction
+// order is the same in any launch.
 constexpr int kNormPerThread = 16;
 constexpr int kNormMaxThreads = 1024;
 
@@ -115,6 +113,151 @@ __global__ void __launch_bounds__(kNormMaxThreads)
   for (size_t i = t + kNormPerThread * n; i < width; i += n) {
     emit(i, rr != nullptr ? sr[i] : xr[i], weight != nullptr ? weight[i] : 1.0f);
   }
+}
+
+// rms_norm of rows whose width is a multiple of 32 and at least
+// kBlockNormMinWidth (every model's hidden size; 16-byte aligned rows, as
+// every buffer of the backend starts): thread t owns the
+// 32-element blocks t, t + n, ... of its row, n = min(width / 32,
+// kBlockNormMaxThreads) threads (whole warps; threads past the row's blocks
+// own none). Its loads are 16-byte words, and the Q8 quantization of a block
+// is the thread's own (quantize_block32_thread): the strided kernel's warps
+// ran one 32-lane max and sum after another for each of their 16 blocks, and
+// a 4096-wide norm took ~10 us of a decode step, 65 times per step. The sum
+// of squares in double: each block's four interleaved partial sums, the
+// thread's blocks in order, the warp butterfly, warp 0 over the warps. The
+// block count alone fixes that order. Blocks past the first are read again
+// for the output (from sum_out when adding), as rms_norm_kernel does.
+constexpr size_t kBlockNormMinWidth = 512;
+constexpr unsigned kBlockNormMaxThreads = 256;
+
+bool block_norm_width(size_t width) { return width % 32 == 0 && width >= kBlockNormMinWidth; }
+
+unsigned block_norm_threads(size_t width) {
+  const size_t threads = std::min<size_t>(width / 32, kBlockNormMaxThreads);
+  return static_cast<unsigned>((threads + 31) / 32 * 32);
+}
+
+// A 32-float block in 16-byte words (p 16-byte aligned): the norm weights
+// through the read-only path (never written by a kernel), what an earlier
+// kernel of the step wrote (x, residual) with plain loads.
+__device__ __forceinline__ void load_block32_constant(const float* p, float (&v)[32]) {
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(p) + w);
+    v[4 * w] = f.x, v[4 * w + 1] = f.y, v[4 * w + 2] = f.z, v[4 * w + 3] = f.w;
+  }
+}
+
+__device__ __forceinline__ void load_block32(const float* p, float (&v)[32]) {
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    const float4 f = reinterpret_cast<const float4*>(p)[w];
+    v[4 * w] = f.x, v[4 * w + 1] = f.y, v[4 * w + 2] = f.z, v[4 * w + 3] = f.w;
+  }
+}
+
+__device__ __forceinline__ void store_block32(float* p, const float (&v)[32]) {
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    reinterpret_cast<float4*>(p)[w] = make_float4(v[4 * w], v[4 * w + 1], v[4 * w + 2], v[4 * w + 3]);
+  }
+}
+
+__device__ __forceinline__ double block_sum_of_squares(const float (&v)[32]) {
+  double part[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+  for (int e = 0; e < 32; ++e) part[e % 4] += static_cast<double>(v[e]) * static_cast<double>(v[e]);
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+template <int kQuant>
+__global__ void __launch_bounds__(kBlockNormMaxThreads)
+    rms_norm_blocks_kernel(const float* x, const float* residual, float* sum_out, const float* weight, size_t width,
+                           float eps, float* out, int8_t* q, float* d, float* s) {
+  const size_t row = blockIdx.x;
+  const size_t n = blockDim.x, t = threadIdx.x, n_blocks = width / 32;
+  // The norm weights are never written by a kernel: loaded before the wait
+  // (see rms_norm_kernel).
+  float wv[32];
+  if (t < n_blocks && weight != nullptr) load_block32_constant(weight + 32 * t, wv);
+  dependent_launch_begin();
+  const float* xr = x + row * width;
+  const float* rr = residual != nullptr ? residual + row * width : nullptr;
+  float* sr = sum_out != nullptr ? sum_out + row * width : nullptr;
+  // Block b of the row to normalize, its sum stored when adding.
+  auto load = [&](size_t b, float (&v)[32]) {
+    load_block32(xr + 32 * b, v);
+    if (rr == nullptr) return;
+    float r[32];
+    load_block32(rr + 32 * b, r);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) v[e] += r[e];
+    store_block32(sr + 32 * b, v);
+  };
+  float v[32];
+  double sum = 0.0;
+  if (t < n_blocks) {
+    load(t, v);
+    sum = block_sum_of_squares(v);
+  }
+  for (size_t b = t + n; b < n_blocks; b += n) {
+    float e[32];
+    load(b, e);
+    sum += block_sum_of_squares(e);
+  }
+  sum = warp_sum(sum);
+  __shared__ double partial[kBlockNormMaxThreads / 32];
+  __shared__ float scale_s;
+  if (t % 32 == 0) partial[t / 32] = sum;
+  __syncthreads();
+  if (t < 32) {
+    double total = t < n / 32 ? partial[t] : 0.0;
+    total = warp_sum(total);
+    if (t == 0) {
+      const float mean = static_cast<float>(total / static_cast<double>(width));
+      scale_s = 1.0f / sqrtf(mean + eps);
+    }
+  }
+  __syncthreads();
+  const float scale = scale_s;
+  float* o = out + row * width;
+  const size_t row_block = row * n_blocks;
+  auto emit = [&](size_t b, float (&y)[32], const float (&w)[32]) {
+#pragma unroll
+    for (int e = 0; e < 32; ++e) y[e] = weight != nullptr ? (y[e] * scale) * w[e] : y[e] * scale;
+    store_block32(o + 32 * b, y);
+    if constexpr (kQuant != 0) quantize_block32_thread<kQuant == 2>(y, row_block + b, q, d, s);
+  };
+  if (t < n_blocks) emit(t, v, wv);
+  // Each element is read and written by one thread, reads first: out may be
+  // x (or sum_out).
+  for (size_t b = t + n; b < n_blocks; b += n) {
+    float y[32], w[32];
+    load_block32((rr != nullptr ? sr : xr) + 32 * b, y);
+    if (weight != nullptr) load_block32_constant(weight + 32 * b, w);
+    emit(b, y, w);
+  }
+}
+
+// One launch of the rms_norm of n rows (residual, sum_out: the add before
+// it; q, d, s: its Q8 view, kQuant 1 / 2), the kernel chosen by the width
+// alone, so a row's bits are the same in every launch of that width.
+template <int kQuant>
+void launch_rms_norm(size_t n, const float* x, const float* residual, float* sum_out, const float* weight,
+                     size_t width, float eps, float* out, int8_t* q, float* d, float* s, cudaStream_t stream) {
+  if (!block_norm_width(width)) {
+    launch_dependent(rms_norm_kernel<kQuant>, static_cast<unsigned>(n), norm_threads(width), 0, stream, x, residual,
+                     sum_out, weight, width, eps, out, q, d, s);
+    return;
+  }
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!(aligned(x) && aligned(residual) && aligned(sum_out) && aligned(weight) && aligned(out) && aligned(q))) {
+    // Device buffers and the activation arena's tensors start 256-byte aligned.
+    throw InternalError("[cuda rms_norm] its buffers must start 16-byte aligned");
+  }
+  launch_dependent(rms_norm_blocks_kernel<kQuant>, static_cast<unsigned>(n), block_norm_threads(width), 0, stream, x,
+                   residual, sum_out, weight, width, eps, out, q, d, s);
 }
 
 __global__ void add_kernel(float* dst, const float* a, const float* b, size_t n, size_t width, size_t b_row_stride) {
@@ -292,9 +435,8 @@ void gather_rows(const float* x, size_t width, const int32_t* ids, size_t n, flo
 
 void rms_norm(const float* x, const float* weight, size_t n, size_t width, float eps, float* out, void* stream) {
   if (n == 0) return;
-  launch_dependent(rms_norm_kernel<0>, static_cast<unsigned>(n), norm_threads(width), 0,
-                   static_cast<cudaStream_t>(stream), x, nullptr, nullptr, weight, width, eps, out, nullptr, nullptr,
-                   nullptr);
+  launch_rms_norm<0>(n, x, nullptr, nullptr, weight, width, eps, out, nullptr, nullptr, nullptr,
+                     static_cast<cudaStream_t>(stream));
   check_launch("rms_norm");
 }
 
@@ -311,16 +453,13 @@ ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, cons
   int8_t* q = const_cast<int8_t*>(view.q);
   float* d = const_cast<float*>(view.d);
   float* s = const_cast<float*>(view.s);
-  const dim3 grid(static_cast<unsigned>(n));
-  const unsigned threads = norm_threads(width);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (format == ActivationFormat::Q8_1) {
-    launch_dependent(rms_norm_kernel<2>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, q, d, s);
+    launch_rms_norm<2>(n, a, b, sum_out, weight, width, eps, out, q, d, s, st);
   } else if (format == ActivationFormat::Q8_0) {
-    launch_dependent(rms_norm_kernel<1>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, q, d, nullptr);
+    launch_rms_norm<1>(n, a, b, sum_out, weight, width, eps, out, q, d, nullptr, st);
   } else {
-    launch_dependent(rms_norm_kernel<0>, grid, threads, 0, st, a, b, sum_out, weight, width, eps, out, nullptr, nullptr,
-                     nullptr);
+    launch_rms_norm<0>(n, a, b, sum_out, weight, width, eps, out, nullptr, nullptr, nullptr, st);
   }
   check_launch("add_rms_norm");
   return view;
@@ -336,13 +475,11 @@ ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n,
   int8_t* q = const_cast<int8_t*>(view.q);
   float* d = const_cast<float*>(view.d);
   float* s = const_cast<float*>(view.s);
-  const unsigned threads = norm_threads(width);
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (format == ActivationFormat::Q8_1) {
-    launch_dependent(rms_norm_kernel<2>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), x,
-                     nullptr, nullptr, weight, width, eps, out, q, d, s);
+    launch_rms_norm<2>(n, x, nullptr, nullptr, weight, width, eps, out, q, d, s, st);
   } else {
-    launch_dependent(rms_norm_kernel<1>, static_cast<unsigned>(n), threads, 0, static_cast<cudaStream_t>(stream), x,
-                     nullptr, nullptr, weight, width, eps, out, q, d, nullptr);
+    launch_rms_norm<1>(n, x, nullptr, nullptr, weight, width, eps, out, q, d, nullptr, st);
   }
   check_launch("rms_norm_quantized");
   return view;

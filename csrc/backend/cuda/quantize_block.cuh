@@ -15,6 +15,15 @@ __device__ __forceinline__ int8_t round_to_int8(float v) {
   return static_cast<int8_t>(__float2int_rn(v));
 }
 
+// The block's scale from its largest |element| (amax, NaN never counted):
+// dd (stored rounded to f16) and the factor that maps elements to -127..127.
+struct Q8Scale {
+  float dd, id;
+};
+__device__ __forceinline__ Q8Scale q8_scale(float amax) {
+  return {amax / 127.0f, amax != 0.0f ? 127.0f / amax : 0.0f};
+}
+
 // Lane `lane` (all 32 lanes of the warp, converged) holds element `lane` of
 // block `block`, value v: writes q[block * 32 + lane], d[block] and (Q8_1)
 // s[block] of the ActivationView layout.
@@ -29,16 +38,48 @@ __device__ __forceinline__ void quantize_block32(float v, int lane, size_t block
     const float other = __shfl_xor_sync(0xffffffffu, amax, offset);
     amax = other > amax ? other : amax;
   }
-  const float dd = amax / 127.0f;
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const int8_t qv = round_to_int8(v * id);
+  const Q8Scale sc = q8_scale(amax);
+  const int8_t qv = round_to_int8(v * sc.id);
   q[block * 32 + lane] = qv;
-  const float d_half = f16_bits_to_f32(f32_to_f16_bits(dd));
+  const float d_half = f16_bits_to_f32(f32_to_f16_bits(sc.dd));
   if (lane == 0) d[block] = d_half;
   if (kWithSum) {
     const int sum = warp_sum(static_cast<int>(qv));
-    if (lane == 0) s[block] = f16_bits_to_f32(f32_to_f16_bits(dd * static_cast<float>(sum)));
+    if (lane == 0) s[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd * static_cast<float>(sum)));
   }
+}
+
+// The same bytes from one thread holding all 32 elements of the block (y):
+// its max and sum are its own, in any order (both exact). q is 16-byte
+// aligned.
+template <bool kWithSum>
+__device__ __forceinline__ void quantize_block32_thread(const float (&y)[32], size_t block, int8_t* __restrict__ q,
+                                                        float* __restrict__ d, float* __restrict__ s) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 32; ++e) {
+    const float a = fabsf(y[e]);
+    amax = a > amax ? a : amax;  // false for NaN
+  }
+  const Q8Scale sc = q8_scale(amax);
+  uint32_t words[8];
+  int sum = 0;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int8_t qv = round_to_int8(y[4 * w + b] * sc.id);
+      sum += qv;
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(qv)) << (8 * b);
+    }
+    words[w] = word;
+  }
+  int8_t* out = q + block * 32;
+  reinterpret_cast<uint4*>(out)[0] = make_uint4(words[0], words[1], words[2], words[3]);
+  reinterpret_cast<uint4*>(out)[1] = make_uint4(words[4], words[5], words[6], words[7]);
+  d[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd));
+  if (kWithSum) s[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd * static_cast<float>(sum)));
 }
 
 }  // namespace muser::cuda
