@@ -5,7 +5,7 @@ segment. Also the fraction of memory bandwidth each decode cell reaches
 (weight bytes read per step / step time / 4.3 TB/s, the H200's measured copy
 rate) and the GPU memory of 4 slots at 4,096 context.
 
-    python benchmarks/bench_cuda.py MODEL.gguf [MODEL.gguf ...] [--peer peer.txt] [--prefill-only]
+    python benchmarks/bench_cuda.py MODEL.gguf [MODEL.gguf ...] [--peer peer.txt] [--prefill-only | --decode-only]
 
 --peer names a file of llama.cpp lines printed by .device/cuda-peer.sh; the
 table then shows muser / llama.cpp per cell.
@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("models", nargs="+")
     ap.add_argument("--peer", default=None)
     ap.add_argument("--prefill-only", action="store_true", help="only the pp512 cell")
+    ap.add_argument("--decode-only", action="store_true", help="only the decode cells (no pp512, no memory)")
     args = ap.parse_args()
     peer = peer_figures(args.peer)
     print(f"{'model':24s} {'cell':>8s} {'muser tok/s':>12s} {'llama.cpp':>10s} {'ratio':>6s} {'bandwidth':>9s}")
@@ -101,12 +102,13 @@ def main() -> None:
             rate = decode_rate(engine, rows, prompt)
             bw = (rate / rows) * step_bytes / PEAK_BYTES_PER_S
             cells.append((f"{rows} seq", rate, peer.get((name, str(rows))), f"{100 * bw:.0f}%"))
-        cells.append(("pp512", prefill_rate(engine, engine.n_vocab), peer.get((name, "pp512")), ""))
+        if not args.decode_only:
+            cells.append(("pp512", prefill_rate(engine, engine.n_vocab), peer.get((name, "pp512")), ""))
         for cell, rate, ref, bw in cells:
             ratio = f"{rate / ref:.2f}" if ref else "-"
             ref_text = f"{ref:.1f}" if ref else "-"
             print(f"{name:24s} {cell:>8s} {rate:12.1f} {ref_text:>10s} {ratio:>6s} {bw:>9s}", flush=True)
-        if args.prefill_only:
+        if args.prefill_only or args.decode_only:
             del engine
             continue
         slots = [engine.session(max_context=4096) for _ in range(4)]
