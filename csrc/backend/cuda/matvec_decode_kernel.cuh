@@ -164,14 +164,19 @@ struct DecodeEpilogue {
   float* s = nullptr;
 };
 
-// The element rotated by RoPE as rope_kernel rotates it: `self` is element
-// `dim` (< n_rot) of its head, `other` the other element of its pair.
-__device__ __forceinline__ float rope_rotate(float self, float other, uint32_t dim, int32_t position,
-                                             double position_scale, const double* inv_freq) {
+// RoPE's (cos, sin) for element `dim` (< n_rot) of a head at `position`, as
+// rope_kernel takes them (double, rounded to float).
+__device__ __forceinline__ float2 rope_angle(uint32_t dim, int32_t position, double position_scale,
+                                             const double* inv_freq) {
   const double p = static_cast<double>(position) * position_scale;
   const double theta = p * inv_freq[dim / 2];
-  const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
-  return dim % 2 == 0 ? self * c - other * s : other * s + self * c;
+  return make_float2(static_cast<float>(cos(theta)), static_cast<float>(sin(theta)));
+}
+
+// The element rotated by RoPE as rope_kernel rotates it: `self` is element
+// `dim` of its head, `other` the other element of its pair, cs its angle.
+__device__ __forceinline__ float rope_rotate(float self, float other, uint32_t dim, float2 cs) {
+  return dim % 2 == 0 ? self * cs.x - other * cs.y : other * cs.y + self * cs.x;
 }
 
 // Warp g of a target owns its weight rows [g * kWarpRows, (g + 1) *
@@ -205,6 +210,19 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
   ActRow act[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) act[r] = act_row(x, r);
+  // The epilogue's RoPE angle of this thread's output, before the wait: no
+  // kernel writes the positions or the frequencies (see rope_kernel), and
+  // the double cos/sin would otherwise follow the matvec.
+  float2 angle = make_float2(1.0f, 0.0f);
+  if constexpr (kEpilogue == kEpilogueRopeKv) {
+    constexpr int kBlockRows = kDecodeWarpsPerBlock * kWarpRows;
+    const unsigned t = threadIdx.x;
+    const size_t n = static_cast<size_t>(b - first) * kBlockRows + t % kBlockRows;
+    const uint32_t dim = static_cast<uint32_t>(n % epilogue.head_dim);
+    if (p < 2 && t < kRows * kBlockRows && n < n_out && dim < epilogue.n_rot) {
+      angle = rope_angle(dim, epilogue.positions[t / kBlockRows], epilogue.position_scale, epilogue.inv_freq);
+    }
+  }
   float acc[kWarpRows][kRows];
 #pragma unroll
   for (int j = 0; j < kWarpRows; ++j) {
@@ -280,7 +298,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
         // The pair's other element is the neighbouring row (heads and the
         // block's rows start even), in the tile too.
         const float other = tile[r][(t % kBlockRows) ^ 1u];
-        out = rope_rotate(out, other, dim, epilogue.positions[r], epilogue.position_scale, epilogue.inv_freq);
+        out = rope_rotate(out, other, dim, angle);
       }
       y[r * ld_y + n] = out;
       if (p >= 1 && epilogue.kv.writes[r] != 0) {
