@@ -31,6 +31,29 @@ unsigned norm_threads(size_t width) {
   return static_cast<unsigned>(32 * std::min<size_t>(std::max<size_t>(warps, 1), kNormMaxThreads / 32));
 }
 
+// The row's 1 / sqrt(mean of squares + eps), from each thread's sum of
+// squares of its elements (every thread of the block calls it): the warp
+// butterfly, then warp 0 over the warps' sums.
+template <unsigned kMaxThreads>
+__device__ __forceinline__ float rms_scale(double sum, size_t width, float eps) {
+  const unsigned t = threadIdx.x, n = blockDim.x;
+  sum = warp_sum(sum);
+  __shared__ double partial[kMaxThreads / 32];
+  __shared__ float scale_s;
+  if (t % 32 == 0) partial[t / 32] = sum;
+  __syncthreads();
+  if (t < 32) {
+    double total = t < n / 32 ? partial[t] : 0.0;
+    total = warp_sum(total);
+    if (t == 0) {
+      const float mean = static_cast<float>(total / static_cast<double>(width));
+      scale_s = 1.0f / sqrtf(mean + eps);
+    }
+  }
+  __syncthreads();
+  return scale_s;
+}
+
 // Sum of squares in double (as the CPU reference does): each thread's
 // elements in order, the warp butterfly, then warp 0 over the warps' sums;
 // out = (x * scale) * w. With `residual`, the row normalized is x + residual
@@ -81,21 +104,7 @@ __global__ void __launch_bounds__(kNormMaxThreads)
     const double e = static_cast<double>(load(i));
     sum += e * e;
   }
-  sum = warp_sum(sum);
-  __shared__ double partial[kNormMaxThreads / 32];
-  __shared__ float scale_s;
-  if (t % 32 == 0) partial[t / 32] = sum;
-  __syncthreads();
-  if (t < 32) {
-    double total = t < n / 32 ? partial[t] : 0.0;
-    total = warp_sum(total);
-    if (t == 0) {
-      const float mean = static_cast<float>(total / static_cast<double>(width));
-      scale_s = 1.0f / sqrtf(mean + eps);
-    }
-  }
-  __syncthreads();
-  const float scale = scale_s;
+  const float scale = rms_scale<kNormMaxThreads>(sum, width, eps);
   float* o = out + row * width;
   const size_t row_block = row * (width / 32);
   auto emit = [&](size_t i, float xi, float wi) {
@@ -206,21 +215,7 @@ __global__ void __launch_bounds__(kBlockNormMaxThreads)
     load(b, e);
     sum += block_sum_of_squares(e);
   }
-  sum = warp_sum(sum);
-  __shared__ double partial[kBlockNormMaxThreads / 32];
-  __shared__ float scale_s;
-  if (t % 32 == 0) partial[t / 32] = sum;
-  __syncthreads();
-  if (t < 32) {
-    double total = t < n / 32 ? partial[t] : 0.0;
-    total = warp_sum(total);
-    if (t == 0) {
-      const float mean = static_cast<float>(total / static_cast<double>(width));
-      scale_s = 1.0f / sqrtf(mean + eps);
-    }
-  }
-  __syncthreads();
-  const float scale = scale_s;
+  const float scale = rms_scale<kBlockNormMaxThreads>(sum, width, eps);
   float* o = out + row * width;
   const size_t row_block = row * n_blocks;
   auto emit = [&](size_t b, float (&y)[32], const float (&w)[32]) {
