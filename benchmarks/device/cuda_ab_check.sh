@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A change to the CUDA backend against the behaviour an environment switch restores, in one call:
 #
-#   AB_ENV="MUSER_CUDA_NORM=strided" bash benchmarks/device/cuda_ab_check.sh   (repository root, $PYLIB carried)
+#   AB_ENV="MUSER_CUDA_FUSE=1" bash benchmarks/device/cuda_ab_check.sh   (repository root, $PYLIB carried)
+# (session 8 measured its rms_norm change with a switch, MUSER_CUDA_NORM=strided, that only that build had)
 #
 # Phases (DEADLINE, default 420 s, for all): the CUDA build and models (cuda_common.sh; BENCH_MODELS), all op
 # tests, the engine tests less the llama3-8b cells (CPU parity, batch and chunking invariance), then the decode cells
