@@ -137,6 +137,17 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int b0, i
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c), "r"(c), "r"(c), "r"(c));
 }
 
+// An empty tree: no class partial (acc) and no pending subtree (stack).
+template <int N>
+__device__ __forceinline__ void clear_tree(float (&acc)[N], float (&stack)[5][N]) {
+#pragma unroll
+  for (int o = 0; o < N; ++o) {
+    acc[o] = 0.0f;
+#pragma unroll
+    for (int lv = 0; lv < 5; ++lv) stack[lv][o] = 0.0f;
+  }
+}
+
 // Pushes the class partials acc (N outputs) as a leaf with `kLevel`
 // trailing ones in its index onto the balanced tree: merges with the pending
 // subtrees below kLevel, left sibling first, and leaves acc = 0 for the next

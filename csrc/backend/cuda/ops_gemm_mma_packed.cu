@@ -187,12 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int ni = 0; ni < 2; ++ni) wd_off[ni] = kActChunk + kWQBytes + ((warp_out / 8 + ni) * 16 + t) * 16;
 
   float acc[kOutputs], stack[5][kOutputs];
-#pragma unroll
-  for (int o = 0; o < kOutputs; ++o) {
-    acc[o] = 0.0f;
-#pragma unroll
-    for (int lv = 0; lv < 5; ++lv) stack[lv][o] = 0.0f;
-  }
+  clear_tree(acc, stack);
 
   // One slot: the unit's 4 MMAs and the float terms of the 16 outputs (v1's
   // expression and order), then a class push known at compile time. wq4[ni]

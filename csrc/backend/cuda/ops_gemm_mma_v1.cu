@@ -147,12 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int b_half = swizzled_half(b_row, mat & 1);
 
   float acc[kOutputs], stack[5][kOutputs];
-#pragma unroll
-  for (int o = 0; o < kOutputs; ++o) {
-    acc[o] = 0.0f;
-#pragma unroll
-    for (int lv = 0; lv < 5; ++lv) stack[lv][o] = 0.0f;
-  }
+  clear_tree(acc, stack);
 
   // One slot of the stage: the unit's 4 MMAs and the float terms of the 16
   // outputs, then (kP < 8, a class ending here that is not the stage's
