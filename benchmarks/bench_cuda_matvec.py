@@ -1,8 +1,9 @@
 """The CUDA decode matvec alone, per llama3-8b shape: microseconds per launch
 and the weight bandwidth it reaches (of the H200's 4.3 TB/s), at 1, 2 and 4
 rows, for the config matvec picks ("auto") and each forced decode config
-(warp_rows x unroll, "n" = without the wide loads of Q4_0 / Q4_K; 1x1n is
-the kernel before the decode configs existed). Launches cycle through copies of the
+(warp_rows x unroll, "n" = without the wide loads of Q4_0 / Q4_K, "s8" =
+a warp's lanes spread over 8 weight rows; 1x1n is the kernel before the
+decode configs existed). Launches cycle through copies of the
 weights, so each reads them from device memory, not L2. Run on the GPU
 machine:
 
@@ -27,10 +28,12 @@ PEAK_BYTES_PER_S = 4.3e12
 # (label, k, n_out, launches per llama3-8b step)
 SHAPES = [("q/o", 4096, 4096, 64), ("k/v", 4096, 1024, 64), ("gate/up", 4096, 14336, 64),
           ("down", 14336, 4096, 32), ("output", 4096, 128256, 1)]
-# (label, warp_rows, unroll, wide); warp_rows 0 = matvec's own pick.
-CONFIGS = [("auto", 0, 0, True), ("1x1n", 1, 1, False), ("1x1", 1, 1, True), ("2x1", 2, 1, True),
-           ("2x2", 2, 2, True), ("4x1", 4, 1, True), ("4x2", 4, 2, True)]
-NARROW = [("2x2n", 2, 2, False)]  # Q4_0 only: wide loads off
+# (label, warp_rows, unroll, wide, lane_rows); warp_rows 0 = matvec's own pick; "s8" = lane_rows 8 (a warp's
+# lanes spread over 8 weight rows, ops_matvec_spread.cu).
+CONFIGS = [("auto", 0, 0, True, 1), ("1x1n", 1, 1, False, 1), ("1x1", 1, 1, True, 1), ("2x1", 2, 1, True, 1),
+           ("2x2", 2, 2, True, 1), ("4x1", 4, 1, True, 1), ("4x2", 4, 2, True, 1), ("s8x1", 1, 1, True, 8),
+           ("s8x2", 1, 2, True, 8)]
+NARROW = [("2x2n", 2, 2, False, 1)]  # Q4_0 only: wide loads off
 # Offsets of the fp16 fields each block scales its quants by.
 SCALES = {GT.Q4_0: [0], GT.Q8_0: [0], GT.Q4_K: [0, 2], GT.Q6_K: [208], GT.Q4_1: [0, 2], GT.Q5_0: [0]}
 
@@ -65,8 +68,8 @@ def main() -> None:
             for rows in row_counts:
                 x = rng.standard_normal((rows, k)).astype(np.float32)
                 times = {}
-                for cname, warp_rows, unroll, wide in configs:
-                    sec = t.cuda_time_matvec(int(qtype), w, n_out, x, args.reps, warp_rows, unroll, wide)
+                for cname, warp_rows, unroll, wide, lane_rows in configs:
+                    sec = t.cuda_time_matvec(int(qtype), w, n_out, x, args.reps, warp_rows, unroll, wide, lane_rows)
                     times[cname] = sec
                     rate = w.nbytes / sec
                     print(f"{name:5s} {label:8s} {k:6d} {n_out:7d} {rows:4d} {cname:>6s} {sec * 1e6:8.1f} "

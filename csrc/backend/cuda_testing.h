@@ -19,9 +19,9 @@ namespace muser::cuda_testing {
 // `type`, raw GGUF bytes); x is quantized on the device first. All rows go
 // through one launch (tiles as the backend uses them). warp_rows 0: the
 // kernel config matvec picks; otherwise (1..4 rows only) the decode kernel
-// with that config (cuda::DecodeConfig: warp_rows, unroll, wide).
+// with that config (cuda::DecodeConfig: warp_rows, unroll, wide, lane_rows).
 std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                          int warp_rows, int unroll, bool wide);
+                          int warp_rows, int unroll, bool wide, int lane_rows = 1);
 
 // cuda::matvec_targets: W_i (n_outs[i] rows of k) times the same x, 1..3
 // matrices (one launch for 1..4 rows); y_i (n_rows, n_outs[i]) each.
@@ -35,7 +35,7 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
 // enough copies of W (256 MiB in all) that each reads its weights from
 // device memory, not from the L2 cache. For the kernel benchmark.
 double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                   int warp_rows, int unroll, bool wide, int reps);
+                   int warp_rows, int unroll, bool wide, int reps, int lane_rows = 1);
 
 // The device activation layout of quantize_activations, per row.
 struct QuantizedRows {

@@ -17,14 +17,14 @@ namespace {
 
 }  // namespace
 
-std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool) {
+std::vector<float> matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool, int) {
   unavailable("matvec");
 }
 std::vector<std::vector<float>> matvec_targets(DType, const std::vector<const uint8_t*>&, const std::vector<size_t>&,
                                                size_t, const float*, size_t) {
   unavailable("matvec_targets");
 }
-double time_matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool, int) {
+double time_matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool, int, int) {
   unavailable("time_matvec");
 }
 QuantizedRows quantize(ActivationFormat, const float*, size_t, size_t) { unavailable("quantize"); }

@@ -107,23 +107,25 @@ void bind_testing_cuda(nb::module_& m) {
       .def("release", &cuda_testing::DeviceMemoryHold::release, "Frees the held memory now.");
   m.def(
       "cuda_matvec",
-      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int warp_rows, int unroll, bool wide) {
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int warp_rows, int unroll, bool wide,
+         int lane_rows) {
         const DType type = dtype_of(type_id);
         const size_t n_rows = x.shape(0), k = x.shape(1);
         check_weight_bytes(type, k, n_out, w.shape(0));
         std::vector<float> y;
         {
           nb::gil_scoped_release release;
-          y = cuda_testing::matvec(type, w.data(), n_out, k, x.data(), n_rows, warp_rows, unroll, wide);
+          y = cuda_testing::matvec(type, w.data(), n_out, k, x.data(), n_rows, warp_rows, unroll, wide, lane_rows);
         }
         return to_numpy(std::move(y), {n_rows, n_out});
       },
       nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("warp_rows") = 0,
-      nb::arg("unroll") = 0, nb::arg("wide") = true,
+      nb::arg("unroll") = 0, nb::arg("wide") = true, nb::arg("lane_rows") = 1,
       "y = x @ W.T on the GPU for W (n_out, x.shape[1]) of `type_id` (raw GGUF bytes); all rows in one "
       "launch (the decode kernel for 1..4 rows, tiles of 8 for more). warp_rows 0: the decode config the "
       "backend picks; otherwise (1..4 rows) that config: warp_rows weight rows per warp, unroll units per "
-      "lane in flight, wide 16-byte loads where the type has them.");
+      "lane in flight, wide 16-byte loads where the type has them, lane_rows weight rows spread across "
+      "each warp's lanes (1 or 8).");
   m.def(
       "cuda_matvec_targets",
       [](uint32_t type_id, const std::vector<Bytes1D>& ws, const std::vector<size_t>& n_outs, const Floats2D& x) {
@@ -150,15 +152,16 @@ void bind_testing_cuda(nb::module_& m) {
   m.def(
       "cuda_time_matvec",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int reps, int warp_rows, int unroll,
-         bool wide) {
+         bool wide, int lane_rows) {
         const DType type = dtype_of(type_id);
         const size_t n_rows = x.shape(0), k = x.shape(1);
         check_weight_bytes(type, k, n_out, w.shape(0));
         nb::gil_scoped_release release;
-        return cuda_testing::time_matvec(type, w.data(), n_out, k, x.data(), n_rows, warp_rows, unroll, wide, reps);
+        return cuda_testing::time_matvec(type, w.data(), n_out, k, x.data(), n_rows, warp_rows, unroll, wide, reps,
+                                         lane_rows);
       },
       nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("reps") = 50,
-      nb::arg("warp_rows") = 0, nb::arg("unroll") = 0, nb::arg("wide") = true,
+      nb::arg("warp_rows") = 0, nb::arg("unroll") = 0, nb::arg("wide") = true, nb::arg("lane_rows") = 1,
       "Mean seconds of one cuda_matvec launch (same config arguments), each reading W from device memory "
       "(launches cycle through copies of W).");
   m.def(

@@ -56,8 +56,9 @@ def test_a_matvec_row_is_bitwise_the_same_alone_in_any_group_and_in_prefill_tile
 
 
 # The decode kernel configs (csrc/backend/cuda/cuda_ops.h, DecodeConfig):
-# (weight rows per warp, units per lane in flight).
-DECODE_CONFIGS = [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2)]
+# (weight rows per warp, units per lane in flight, weight rows spread across
+# a warp's lanes).
+DECODE_CONFIGS = [(1, 1, 1), (2, 1, 1), (2, 2, 1), (4, 1, 1), (4, 2, 1), (1, 1, 8), (1, 2, 8)]
 # Row groups of a 9-row batch: every size 1..4, orders, a repeated row.
 DECODE_GROUPS = [[4], [8], [0, 7], [7, 0], [2, 5, 8], [8, 2, 5], [1, 3, 6, 0], [6, 0, 3, 1], [5, 5, 2, 5]]
 
@@ -68,8 +69,10 @@ def test_every_decode_config_gives_each_row_the_bits_of_the_prefill_tiles(qtype,
     """Each decode kernel config, and the one matvec picks, computes a row's
     outputs bitwise as the prefill tiles do, alone and in any group and
     order. n_out 37 is no multiple of any config's rows per block (4 warps x
-    1..4 rows), so the last warp's extra weight rows are exercised. Q4_0 at
-    k 4096 / 14336 (16-byte aligned rows) takes the wide loads, at 576 not."""
+    1..4 rows, or 8 rows spread across the lanes), so the last block's
+    extra weight rows are exercised. Q4_0 at k 4096 / 14336 (16-byte aligned
+    rows) takes the wide loads, at 576 not; k 576 (18 units) leaves most
+    lanes of a row without units."""
     elems, _ = block_geometry(qtype)
     if k % max(elems, 32):
         k = 512  # K-quant rows are whole 256-element super-blocks
@@ -79,11 +82,12 @@ def test_every_decode_config_gives_each_row_the_bits_of_the_prefill_tiles(qtype,
     x = rng.standard_normal((9, k)).astype(np.float32)
     tiles = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # 9 rows: a prefill tile of 8 and one of 1
     assert np.all(np.isfinite(tiles))
-    configs = [(0, 0, True)] + [(wr, un, wide) for wr, un in DECODE_CONFIGS for wide in (True, False)]
-    for warp_rows, unroll, wide in configs:
+    configs = [(0, 0, True, 1)] + [(wr, un, wide, lr) for wr, un, lr in DECODE_CONFIGS for wide in (True, False)]
+    for warp_rows, unroll, wide, lane_rows in configs:
         for group in DECODE_GROUPS:
-            y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]), warp_rows, unroll, wide)
-            assert np.array_equal(y, tiles[group]), (warp_rows, unroll, wide, group)
+            y = t.cuda_matvec(id_of(qtype), raw, n_out, np.ascontiguousarray(x[group]), warp_rows, unroll, wide,
+                              lane_rows)
+            assert np.array_equal(y, tiles[group]), (warp_rows, unroll, wide, lane_rows, group)
 
 
 @pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q4_K, GT.Q6_K, GT.Q8_0, GT.F16], ids=lambda q: q.name)
@@ -133,6 +137,10 @@ def test_a_decode_config_that_does_not_exist_is_refused():
         t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 3, 1)
     with pytest.raises(ValueError, match="no decode kernel"):
         t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 1, 4)
+    with pytest.raises(ValueError, match="lane_rows 4"):
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 1, 1, True, 4)
+    with pytest.raises(ValueError, match="no decode kernel"):
+        t.cuda_matvec(id_of(GT.Q4_0), raw, 8, x, 2, 1, True, 8)
     with pytest.raises(ValueError, match="1..4 rows"):
         t.cuda_matvec(id_of(GT.Q4_0), raw, 8, np.zeros((5, 64), np.float32), 2, 2)
 
@@ -143,7 +151,7 @@ def test_the_matvec_timer_measures_a_launch():
     rng = np.random.default_rng(4)
     raw = random_matrix(GT.Q4_0, 4096, 256, rng)
     x = rng.standard_normal((4, 4096)).astype(np.float32)
-    for config in ((0, 0, True), (4, 2, False)):
+    for config in ((0, 0, True), (4, 2, False), (1, 2, True, 8)):
         sec = t.cuda_time_matvec(id_of(GT.Q4_0), raw, 256, x, 3, *config)
         assert 0.0 < sec < 0.1
     with pytest.raises(ValueError):

@@ -80,16 +80,23 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
 // Configs that exist: warp_rows 1 with unroll 1, 2 or 4 with unroll 1 or 2
 // (float weights run every config but 1 x 1 as 2 x 1: their units are 32
 // registers each).
+// lane_rows 8 (with warp_rows 1, unroll 1 or 2) spreads each warp's
+// lanes over that many weight rows instead (ops_matvec_spread.cu): the
+// lanes of one row's unit strides sit in different warps of a block, and
+// the lanes that read the same activations share their loads.
 struct DecodeConfig {
   int warp_rows = 1;
   int unroll = 1;
   bool wide = false;
+  int lane_rows = 1;
 };
 bool decode_config_exists(const DecodeConfig& config);
 
 // The config matvec uses for weights of `type`, n_rows (1..4) rows and
-// n_out weight rows (all targets' together for matvec_targets).
-DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows);
+// n_out weight rows (all targets' together for matvec_targets). spread:
+// whether lane_rows > 1 may be picked (the fused launches take only
+// lane_rows 1). MUSER_CUDA_DECODE=classic rules spread configs out.
+DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows, bool spread = true);
 
 // One matrix of a matvec_targets call: y (n_rows, ld_y) columns [0, n_out)
 // = x times w (n_out rows, GGUF layout).
@@ -115,6 +122,9 @@ void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const
 // InvalidArgument for a config that does not exist.
 void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                    const DecodeConfig& config, void* stream);
+// matvec_decode's launch for configs with lane_rows 8 (checked there).
+void matvec_decode_spread(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x,
+                          size_t n_rows, const DecodeConfig& config, void* stream);
 
 // out (n, width) = rms_norm of each row of x times weight (width floats;
 // null: no weight). `out` may equal x. A row may be a head: n = rows * heads,

@@ -65,7 +65,7 @@ std::vector<T> download_ptr(const T* ptr, size_t count) {
 namespace {
 
 // Checks a matvec call's shapes and config (see cuda_testing.h).
-void check_matvec(DType type, size_t k, size_t n_rows, int warp_rows, int unroll, bool wide) {
+void check_matvec(DType type, size_t k, size_t n_rows, int warp_rows, int unroll, bool wide, int lane_rows) {
   require_device();
   const DTypeInfo& info = dtype_info(type);
   if (k == 0 || k % 32 != 0 || k % info.block_elems != 0) {
@@ -74,20 +74,20 @@ void check_matvec(DType type, size_t k, size_t n_rows, int warp_rows, int unroll
   if (n_rows == 0) throw InvalidArgument("[cuda testing] matvec needs at least one row");
   if (warp_rows != 0) {
     if (n_rows > 4) throw InvalidArgument("[cuda testing] a decode kernel config needs 1..4 rows");
-    if (!cuda::decode_config_exists({warp_rows, unroll, wide})) {
+    if (!cuda::decode_config_exists({warp_rows, unroll, wide, lane_rows})) {
       throw InvalidArgument("[cuda testing] no decode kernel with warp_rows " + std::to_string(warp_rows) +
-                            " and unroll " + std::to_string(unroll));
+                            ", unroll " + std::to_string(unroll) + " and lane_rows " + std::to_string(lane_rows));
     }
   }
 }
 
 void launch_matvec(DType type, const void* w, size_t n_out, const cuda::ActivationView& x, size_t n_rows, float* y,
-                   int warp_rows, int unroll, bool wide, void* stream) {
+                   int warp_rows, int unroll, bool wide, int lane_rows, void* stream) {
   if (warp_rows == 0) {
     cuda::matvec(type, w, n_out, x, n_rows, y, n_out, stream);
   } else {
     const cuda::MatvecTarget target{w, n_out, y, n_out};
-    cuda::matvec_decode(type, &target, 1, x, n_rows, {warp_rows, unroll, wide}, stream);
+    cuda::matvec_decode(type, &target, 1, x, n_rows, {warp_rows, unroll, wide, lane_rows}, stream);
   }
 }
 
@@ -129,13 +129,14 @@ struct DeviceActivations {
 }  // namespace
 
 std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                          int warp_rows, int unroll, bool wide) {
-  check_matvec(type, k, n_rows, warp_rows, unroll, wide);
+                          int warp_rows, int unroll, bool wide, int lane_rows) {
+  check_matvec(type, k, n_rows, warp_rows, unroll, wide, lane_rows);
   Stream stream;
   DeviceBuffer dw = upload_weights(type, w, n_out, k);
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
   const DeviceActivations act(type, x, n_rows, k, stream.get());
-  launch_matvec(type, dw.get(), n_out, act.view, n_rows, dy.as<float>(), warp_rows, unroll, wide, stream.get());
+  launch_matvec(type, dw.get(), n_out, act.view, n_rows, dy.as<float>(), warp_rows, unroll, wide, lane_rows,
+                stream.get());
   stream.sync();
   return download<float>(dy, n_rows * n_out);
 }
@@ -143,7 +144,7 @@ std::vector<float> matvec(DType type, const uint8_t* w, size_t n_out, size_t k, 
 std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<const uint8_t*>& ws,
                                                const std::vector<size_t>& n_outs, size_t k, const float* x,
                                                size_t n_rows) {
-  check_matvec(type, k, n_rows, 0, 0, true);
+  check_matvec(type, k, n_rows, 0, 0, true, 1);
   if (ws.size() != n_outs.size() || ws.empty() || ws.size() > cuda::kMaxDecodeTargets) {
     throw InvalidArgument("[cuda testing] matvec_targets: 1.." + std::to_string(cuda::kMaxDecodeTargets) +
                           " matrices, one n_out each");
@@ -165,8 +166,8 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
 }
 
 double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                   int warp_rows, int unroll, bool wide, int reps) {
-  check_matvec(type, k, n_rows, warp_rows, unroll, wide);
+                   int warp_rows, int unroll, bool wide, int reps, int lane_rows) {
+  check_matvec(type, k, n_rows, warp_rows, unroll, wide, lane_rows);
   if (reps <= 0 || n_out == 0) throw InvalidArgument("[cuda testing] time_matvec: n_out and reps must be positive");
   const size_t bytes = row_bytes(type, k) * n_out;
   Stream stream;
@@ -184,7 +185,7 @@ double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const f
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
   auto launch = [&](size_t i) {
     launch_matvec(type, weights[i % copies].get(), n_out, act.view, n_rows, dy.as<float>(), warp_rows, unroll, wide,
-                  stream.get());
+                  lane_rows, stream.get());
   };
   launch(copies - 1);  // warm-up
   EventPair events;

@@ -130,6 +130,29 @@ struct DecodeTargets {
   unsigned first_block[kMaxDecodeTargets + 1];
 };
 
+// Block b's target (p, its index) and the target's fields, by selects (a
+// dynamic index into the parameter arrays would go through local memory).
+struct BlockTarget {
+  int p;
+  const uint8_t* w;
+  float* y;
+  size_t n_out, ld_y;
+  unsigned first;  // the target's first block
+};
+
+__device__ __forceinline__ BlockTarget block_target(const DecodeTargets& targets, unsigned b) {
+  static_assert(kMaxDecodeTargets == 3, "the selects below name three targets");
+  BlockTarget t;
+  t.p = b >= targets.first_block[1] ? (b >= targets.first_block[2] ? 2 : 1) : 0;
+  const int p = t.p;
+  t.w = p == 0 ? targets.w[0] : p == 1 ? targets.w[1] : targets.w[2];
+  t.y = p == 0 ? targets.y[0] : p == 1 ? targets.y[1] : targets.y[2];
+  t.n_out = p == 0 ? targets.n_out[0] : p == 1 ? targets.n_out[1] : targets.n_out[2];
+  t.ld_y = p == 0 ? targets.ld_y[0] : p == 1 ? targets.ld_y[1] : targets.ld_y[2];
+  t.first = p == 0 ? targets.first_block[0] : p == 1 ? targets.first_block[1] : targets.first_block[2];
+  return t;
+}
+
 // What a launch does after its matvec (ops_matvec_fused.cu):
 //   kEpilogueNone    stores the outputs;
 //   kEpilogueRopeKv  targets q, k, v: rotates q and k (RoPE, normal style:
@@ -186,16 +209,13 @@ template <typename T, int kRows, int kWarpRows, int kUnroll, bool kWide, int kEp
 __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
     matvec_decode_kernel(DecodeTargets targets, size_t row_bytes, int n_units, ActivationView x,
                          DecodeEpilogue epilogue) {
-  // The block's target, by selects (a dynamic index into the parameter
-  // arrays would go through local memory).
   const unsigned b = blockIdx.x;
-  const int p = b >= targets.first_block[1] ? (b >= targets.first_block[2] ? 2 : 1) : 0;
-  static_assert(kMaxDecodeTargets == 3, "the selects below name three targets");
-  const uint8_t* w = p == 0 ? targets.w[0] : p == 1 ? targets.w[1] : targets.w[2];
-  float* y = p == 0 ? targets.y[0] : p == 1 ? targets.y[1] : targets.y[2];
-  const size_t n_out = p == 0 ? targets.n_out[0] : p == 1 ? targets.n_out[1] : targets.n_out[2];
-  const size_t ld_y = p == 0 ? targets.ld_y[0] : p == 1 ? targets.ld_y[1] : targets.ld_y[2];
-  const unsigned first = p == 0 ? targets.first_block[0] : p == 1 ? targets.first_block[1] : targets.first_block[2];
+  const BlockTarget bt = block_target(targets, b);
+  const int p = bt.p;
+  const uint8_t* w = bt.w;
+  float* y = bt.y;
+  const size_t n_out = bt.n_out, ld_y = bt.ld_y;
+  const unsigned first = bt.first;
   const size_t n0 = (static_cast<size_t>(b - first) * kDecodeWarpsPerBlock + threadIdx.x / 32) * kWarpRows;
   // With an epilogue every warp reaches the block's barriers: a warp past
   // n_out (only in a target's last block) computes its clamped rows and
@@ -346,27 +366,44 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
   }
 }
 
+// The launch's targets, each owning ceil(n_out / block_rows) blocks;
+// `aligned`: every row of every target starts 16-byte aligned (the wide
+// loaders' condition).
+struct LaunchTargets {
+  DecodeTargets t{};
+  unsigned blocks = 0;
+  bool aligned = false;
+};
+
+inline LaunchTargets launch_targets(const MatvecTarget* targets, size_t count, size_t row_bytes, size_t block_rows) {
+  LaunchTargets l;
+  l.aligned = row_bytes % 16 == 0;
+  for (size_t p = 0; p < kMaxDecodeTargets; ++p) {
+    l.t.first_block[p] = l.blocks;
+    if (p < count) {
+      l.t.w[p] = static_cast<const uint8_t*>(targets[p].w);
+      l.t.y[p] = targets[p].y;
+      l.t.n_out[p] = targets[p].n_out;
+      l.t.ld_y[p] = targets[p].ld_y;
+      l.aligned = l.aligned && reinterpret_cast<uintptr_t>(targets[p].w) % 16 == 0;
+      l.blocks += ceil_div(targets[p].n_out, block_rows);
+    }
+  }
+  l.t.first_block[kMaxDecodeTargets] = l.blocks;  // targets past count own no block
+  return l;
+}
+
 template <typename T, int kRows, int kWarpRows, int kUnroll, int kEpilogue>
 void launch_decode(const MatvecTarget* targets, size_t count, const ActivationView& x, bool wide,
                    const DecodeEpilogue& epilogue, cudaStream_t stream) {
   const size_t k = x.k;
   const size_t row_bytes = k / T::kBlockElems * T::kBlockBytes;
   const int n_units = static_cast<int>(k / 32);
-  DecodeTargets t{};
-  unsigned blocks = 0;
-  bool aligned = row_bytes % 16 == 0;
-  for (size_t p = 0; p < kMaxDecodeTargets; ++p) {
-    t.first_block[p] = blocks;
-    if (p < count) {
-      t.w[p] = static_cast<const uint8_t*>(targets[p].w);
-      t.y[p] = targets[p].y;
-      t.n_out[p] = targets[p].n_out;
-      t.ld_y[p] = targets[p].ld_y;
-      aligned = aligned && reinterpret_cast<uintptr_t>(targets[p].w) % 16 == 0;
-      blocks += ceil_div(targets[p].n_out, static_cast<size_t>(kDecodeWarpsPerBlock) * kWarpRows);
-    }
-  }
-  t.first_block[kMaxDecodeTargets] = blocks;  // targets past count own no block
+  const LaunchTargets l =
+      launch_targets(targets, count, row_bytes, static_cast<size_t>(kDecodeWarpsPerBlock) * kWarpRows);
+  const DecodeTargets& t = l.t;
+  const unsigned blocks = l.blocks;
+  const bool aligned = l.aligned;
   if (blocks == 0) return;
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {

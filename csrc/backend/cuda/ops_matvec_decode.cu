@@ -1,5 +1,7 @@
 // The decode matvec's configs and its plain launches (the kernel:
 // matvec_decode_kernel.cuh).
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/matvec_decode_kernel.cuh"
@@ -8,11 +10,26 @@
 namespace muser::cuda {
 
 bool decode_config_exists(const DecodeConfig& c) {
-  return (c.warp_rows == 1 && c.unroll == 1) ||
-         ((c.warp_rows == 2 || c.warp_rows == 4) && (c.unroll == 1 || c.unroll == 2));
+  if (c.lane_rows == 8) return c.warp_rows == 1 && (c.unroll == 1 || c.unroll == 2);
+  return c.lane_rows == 1 && ((c.warp_rows == 1 && c.unroll == 1) ||
+                              ((c.warp_rows == 2 || c.warp_rows == 4) && (c.unroll == 1 || c.unroll == 2)));
 }
 
-DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows) {
+namespace {
+
+// Once per process, as MUSER_CUDA_PDL: MUSER_CUDA_DECODE=classic keeps
+// every decode matvec on matvec_decode_kernel (for A/B runs).
+bool spread_configs_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("MUSER_CUDA_DECODE");
+    return env == nullptr || std::strcmp(env, "classic") != 0;
+  }();
+  return enabled;
+}
+
+}  // namespace
+
+DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows, bool spread) {
   // Measured on the H200 (benchmarks/bench_cuda_matvec.py, llama3-8b shapes,
   // Q4_0 and Q4_K): one weight row per warp, one unit at a time, is fastest
   // on small matrices (k/v: 1024 rows) and as fast as any on 4096-row ones
@@ -34,9 +51,21 @@ DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows) {
   // the 4,096-row matrices at 3..4 rows for Q4_0 (down 22 us against 26,
   // q/o 6.7 against 7.6) and at 2 rows for Q4_K (18 against 19, 5.5
   // against 5.9).
+  //
+  // Session 9 (device call 2, Q4_0, 4 rows, us per launch): a warp's lanes
+  // spread over 8 weight rows, two units each (ops_matvec_spread.cu), beat
+  // every other config below 8192 rows: down 20.4 against 28.0 (4 x 2) and
+  // 23.7 (1 x 1), q/o 7.0 against 8.1, k/v 4.8 against 6.2. On gate/up and
+  // the output matrix it lost (22.2 against 16.1 for 2 x 1; 155 against
+  // 114), and at 2 rows everywhere; 4 or 16 rows spread were slower than 8.
   DecodeConfig c;
   c.wide = true;
   const bool q4k = type == DType::Q4_K;
+  if (type == DType::Q4_0 && n_rows >= 3 && n_out < 8192 && spread && spread_configs_enabled()) {
+    c.lane_rows = 8;
+    c.unroll = 2;
+    return c;
+  }
   if (type == DType::Q4_0 || q4k) {
     if (n_out >= 65536) {
       c.warp_rows = n_rows >= 3 ? 4 : 2;
@@ -71,7 +100,12 @@ void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const 
   }
   if (!decode_config_exists(config)) {
     throw InvalidArgument("[cuda matvec] no decode kernel with " + std::to_string(config.warp_rows) +
-                          " weight rows per warp and " + std::to_string(config.unroll) + " units per lane");
+                          " weight rows per warp, " + std::to_string(config.unroll) + " units per lane and " +
+                          std::to_string(config.lane_rows) + " weight rows across the lanes");
+  }
+  if (config.lane_rows > 1) {
+    matvec_decode_spread(type, targets, count, x, n_rows, config, stream);
+    return;
   }
   bool ok = false;
   const bool typed = dispatch_type(type, [&]<typename T>() {

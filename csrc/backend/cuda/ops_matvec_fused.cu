@@ -37,7 +37,7 @@ void launch_fused(DType type, const MatvecTarget* targets, size_t count, const A
                   const DecodeEpilogue& epilogue, cudaStream_t stream, const char* what) {
   size_t n_out = 0;
   for (size_t i = 0; i < count; ++i) n_out += targets[i].n_out;
-  const DecodeConfig config = decode_config(type, n_out, n_rows);
+  const DecodeConfig config = decode_config(type, n_out, n_rows, false);
   bool ok = false;
   const bool typed = dispatch_fused_type(type, [&]<typename T>() {
     if (x.format != T::kFormat) return;
