@@ -518,6 +518,22 @@ def test_attention_launches_of_any_row_count_can_share_one_scratch():
         t.cuda_attention_on_shared_scratch(k, v, q, positions, 32, 8, [71])
 
 
+@pytest.mark.parametrize("top", [0, 63, 64, 300])
+def test_attention_launched_with_only_the_splits_its_rows_use_keeps_every_rows_bits(top):
+    """The later launches of cuda_attention_on_shared_scratch get the
+    positions on the host, as the backend's uncaptured prefill steps do, and
+    launch only the splits their rows reach (one per 64 positions here, at
+    most 16); the first launch has every split. Positions at most `top` keep
+    the split count low, with rows on both sides of a chunk's edge, for the
+    decode kernel (groups of 1 and 4) and the prefill kernel (5 rows on)."""
+    rng = np.random.default_rng(12 + top)
+    k, v = _kv_planes(rng, 512, 8, 128, 128)
+    positions = [int(p) for p in rng.integers(0, top + 1, 70)]
+    positions[:3] = [top, 0, min(top, 64)]
+    q = rng.standard_normal((70, 32 * 128)).astype(np.float32)
+    t.cuda_attention_on_shared_scratch(k, v, q, positions, 32, 8, [1, 4, 5, 70, 64, 70])
+
+
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q8_1"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_attention_quantized_writes_the_attention_and_exactly_its_quantization(fmt, head_dim):

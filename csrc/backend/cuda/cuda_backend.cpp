@@ -323,7 +323,7 @@ const ActivationView& CudaBackend::quantized(const Compiled& c, const StepGraph&
 }
 
 void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::vector<bool>& ring_layer,
-                          uint32_t n_layer) {
+                          uint32_t n_layer, const int32_t* host_positions) {
   cudaStream_t stream = as_stream(stream_);
   check_cuda(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), Staging::bytes(), cudaMemcpyHostToDevice,
                              stream),
@@ -334,6 +334,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   kv.positions = dev.positions;
   kv.ring_rows = dev.ring_rows;
   kv.writes = dev.writes;
+  kv.host_positions = host_positions;
   auto ints = [&](TensorId t) -> const int32_t* {
     switch (graph.tensor(t).role) {
       case InputRole::Tokens: return dev.tokens;
@@ -689,7 +690,7 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
         check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         cudaGraph_t captured = nullptr;
         try {
-          enqueue(graph, c, ring_layer, n_layer);
+          enqueue(graph, c, ring_layer, n_layer, nullptr);
         } catch (...) {
           cudaStreamEndCapture(stream, &captured);
           if (captured != nullptr) cudaGraphDestroy(captured);
@@ -705,7 +706,7 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
       }
       check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(c.exec), stream), "cudaGraphLaunch");
     } else {
-      enqueue(graph, c, ring_layer, n_layer);
+      enqueue(graph, c, ring_layer, n_layer, host.positions);
     }
   } catch (...) {
     // Leave nothing queued behind a failed step: work already enqueued

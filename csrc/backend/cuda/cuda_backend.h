@@ -74,7 +74,10 @@ class CudaBackend final : public Backend {
   void ensure_capacity(const Compiled& c, size_t logits_floats);
   void drop_captures() noexcept;
   const double* rope_table(const OpParams& p, TensorId divisors, const StepGraph& graph);
-  void enqueue(const StepGraph& graph, const Compiled& c, const std::vector<bool>& ring_layer, uint32_t n_layer);
+  // host_positions: the step's positions where the step is not captured
+  // (null for a capture: its replays run at other positions).
+  void enqueue(const StepGraph& graph, const Compiled& c, const std::vector<bool>& ring_layer, uint32_t n_layer,
+               const int32_t* host_positions);
   float* act(const Compiled& c, TensorId t) const { return arena_.as<float>() + c.offset[t]; }
   const ActivationView& quantized(const Compiled& c, const StepGraph& graph, TensorId x, size_t k,
                                   ActivationFormat format);

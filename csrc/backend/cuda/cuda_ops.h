@@ -195,6 +195,10 @@ struct KvRows {
   const int32_t* positions = nullptr;   // (n_rows) the row's position
   const int32_t* ring_rows = nullptr;   // (n_rows) ring size of its session (0: no ring)
   const int32_t* writes = nullptr;      // (n_rows) 1: write the row's K/V, 0: replay
+  // (n_rows) the positions again, on the host, for launches enqueued outside
+  // a graph capture: attention then launches only the splits some row of a
+  // tile uses. Null (a capture replays at other positions): every split.
+  const int32_t* host_positions = nullptr;
 };
 
 // Converts the row's k (n_rows, k_width) and v to f16 and stores them at the

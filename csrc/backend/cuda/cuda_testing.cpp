@@ -511,6 +511,11 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
   kv.tables = dtables.as<const uint16_t* const* const>();
   kv.positions = dpos.as<int32_t>();
   kv.ring_rows = dring.as<int32_t>();
+  // The later and the timed launches also get the positions on the host (as
+  // the backend's uncaptured prefill steps do): their grids then hold only
+  // the splits the rows use, and they must give the first launch's bits.
+  cuda::KvRows kv_known = kv;
+  kv_known.host_positions = c.positions.data();
   cuda::AttentionShape shape;
   shape.n_layer = 1;
   shape.layer = 0;
@@ -548,8 +553,8 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
       if (n == 0 || n > n_rows) throw InvalidArgument("[cuda testing] attention: a later row count outside 1..rows");
       cuda::check_cuda(cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), static_cast<cudaStream_t>(stream.get())),
                        "poison");
-      cuda::attention(kv, shape, dq.as<float>(), n, dout.as<float>(), scratch.get(), stream.get(), kernel_of(c),
-                      c.prefill_warps);
+      cuda::attention(kv_known, shape, dq.as<float>(), n, dout.as<float>(), scratch.get(), stream.get(),
+                      kernel_of(c), c.prefill_warps);
       stream.sync();
       const std::vector<float> again = download<float>(dout, n * row_floats);
       if (std::memcmp(again.data(), first.data(), n * row_floats * sizeof(float)) != 0) {
@@ -570,8 +575,8 @@ std::vector<float> run_attention(const AttentionCase& c, int reps, double* us,
       if (err == cudaSuccess) err = cudaMemsetAsync(dout.get(), 0xff, n_out * sizeof(float), s);
       if (err == cudaSuccess) err = cudaEventRecord(events.begin, s);
       if (err == cudaSuccess) {
-        cuda::attention(kv, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get(), kernel_of(c),
-                      c.prefill_warps);
+        cuda::attention(kv_known, shape, dq.as<float>(), n_rows, dout.as<float>(), scratch.get(), stream.get(),
+                        kernel_of(c), c.prefill_warps);
         err = cudaEventRecord(events.end, s);
       }
       if (err == cudaSuccess) err = cudaEventSynchronize(events.end);

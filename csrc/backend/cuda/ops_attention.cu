@@ -33,6 +33,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
@@ -164,16 +166,19 @@ __global__ void __launch_bounds__(kThreads)
                              int head_dim_k, int head_dim_v, int window, float scale, const float* __restrict__ q,
                              size_t row0, float* __restrict__ part_ms, float* __restrict__ part_acc,
                              unsigned* __restrict__ done, float* __restrict__ out, QuantizedOut qo) {
-  dependent_launch_begin();
   constexpr int G = group_positions(NP);
   constexpr int kChunk = chunk_positions(NP);
   const int z = blockIdx.x, h = blockIdx.y;
   const size_t local = blockIdx.z, r = row0 + local;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // No kernel writes the positions (the step's inputs, copied in before its
+  // first kernel): a split no chunk reaches exits before the wait, while
+  // the kernel before is still running, instead of holding a block slot.
   const int pos = kv.positions[r];
   const int first = first_visible(pos, window);
   const int n_chunks = (pos + 1 - first + kChunk - 1) / kChunk;
   if (z >= n_chunks) return;  // the whole block, before any barrier
+  dependent_launch_begin();
 
   const int kvh = h / group;
   const int pairs_k = head_dim_k / 2, pairs_v = head_dim_v / 2;
@@ -483,7 +488,6 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
                             float* __restrict__ part_ms,
                             float* __restrict__ part_acc, unsigned* __restrict__ done, float* __restrict__ out,
                             QuantizedOut qo) {
-  dependent_launch_begin();
   constexpr int G = group_positions(NP);
   constexpr int kChunk = chunk_positions(NP);
   extern __shared__ uint4 staged_raw[];
@@ -510,7 +514,11 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
   __syncthreads();
   int max_chunks = 0;
   for (int i = 0; i < n_rows; ++i) max_chunks = max(max_chunks, rows_s[i].n_chunks);
+  // rows_s holds only step inputs and session tables, which no kernel
+  // writes: a split no row reaches exits before the wait (as in the decode
+  // kernel).
   if (z >= max_chunks) return;  // the whole block, before any other barrier
+  dependent_launch_begin();
 
   // This warp's (row, query head); warps past the block's rows only help stage.
   const int ri = warp / group;
@@ -659,11 +667,34 @@ void clear_attention_scratch(void* scratch, size_t bytes, void* stream) {
 
 namespace {
 
+// The splits a launch over rows [row0, row0 + rows) needs: kSplits unless
+// the positions are known on the host, then those some row's chunks reach
+// (a row at position p has at most ceil((p + 1) / chunk) chunks, fewer past
+// a window). Blocks of other splits would exit at once; launching them
+// only costs block slots. Split z's work does not depend on the grid.
+unsigned splits_used(const KvRows& kv, size_t row0, size_t rows, int chunk) {
+  if (kv.host_positions == nullptr) return kSplits;
+  int most = 1;
+  for (size_t r = row0; r < row0 + rows; ++r) most = std::max(most, (kv.host_positions[r] + chunk) / chunk);
+  return static_cast<unsigned>(std::min(most, kSplits));
+}
+
 // Whether a launch of n_rows rows takes the prefill kernel: decode groups
 // (1..4 rows of distinct sessions) share nothing, so they keep the decode
 // kernel; a step of more rows holds a prefill segment, whose rows share
 // their session's K/V. Both give every row the same bits.
 constexpr size_t kSharedKvMinRows = 5;
+
+// MUSER_CUDA_ATTENTION=shared (read once, for A/B runs) gives decode groups
+// the prefill kernel too, one row per block: each block then loads a K/V
+// position once for the KV head's query heads instead of once per head.
+bool decode_groups_shared() {
+  static const bool shared = [] {
+    const char* env = std::getenv("MUSER_CUDA_ATTENTION");
+    return env != nullptr && std::strcmp(env, "shared") == 0;
+  }();
+  return shared;
+}
 
 void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                    void* scratch, const QuantizedOut& qo, AttentionKernel choice, int prefill_warps, void* stream) {
@@ -697,15 +728,18 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
     throw InvalidArgument("[cuda attention] the prefill kernel takes at most " + std::to_string(kSharedMaxWarps) +
                           " query heads per KV head, got " + std::to_string(group));
   }
+  const bool groups_shared = choice == AttentionKernel::Auto && n_rows < kSharedKvMinRows && decode_groups_shared();
   const bool shared = choice == AttentionKernel::Prefill ||
-                      (choice == AttentionKernel::Auto && shared_fits && n_rows >= kSharedKvMinRows);
+                      (choice == AttentionKernel::Auto && shared_fits && n_rows >= kSharedKvMinRows) ||
+                      (groups_shared && shared_fits);
   if (shared) {
     // block_rows rows x group query heads per block, one warp each.
     if (prefill_warps < 0 || prefill_warps > kSharedMaxWarps) {
       throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
                             " warps: expected 1.." + std::to_string(kSharedMaxWarps) + " (0: the default)");
     }
-    const int warps = prefill_warps != 0 ? prefill_warps : kSharedDefaultWarps;
+    // A decode group's rows read different sessions: one row per block.
+    const int warps = prefill_warps != 0 ? prefill_warps : groups_shared ? group : kSharedDefaultWarps;
     const int block_rows = std::max(1, warps / group);
     const int chunk = chunk_positions(np);
     const int capacity = chunk + block_rows - 1;
@@ -724,7 +758,8 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
                                   : (full ? attention_shared_kernel<4, true> : attention_shared_kernel<4, false>);
     for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
       const int rows = static_cast<int>(std::min(kTileRows, n_rows - row0));
-      const dim3 grid(kSplits, static_cast<unsigned>(shape.n_head_kv), ceil_div(rows, block_rows));
+      const dim3 grid(splits_used(kv, row0, rows, chunk), static_cast<unsigned>(shape.n_head_kv),
+                      ceil_div(rows, block_rows));
       launch_dependent(kernel, grid, dim3(32 * block_rows * group), smem, s, kv, shape.n_layer, shape.layer,
                        shape.ring, n_head, group, hd_k, hd_v, window, shape.scale, q, row0, rows, block_rows,
                        capacity, part_ms, part_acc, done, out, qo);
@@ -739,7 +774,7 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
                                 : attention_partial_kernel<4>;
   for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
     const unsigned rows = static_cast<unsigned>(std::min(kTileRows, n_rows - row0));
-    const dim3 grid(kSplits, static_cast<unsigned>(n_head), rows);
+    const dim3 grid(splits_used(kv, row0, rows, chunk_positions(np)), static_cast<unsigned>(n_head), rows);
     launch_dependent(kernel, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer, shape.ring, n_head, group, hd_k,
                      hd_v, window, shape.scale, q, row0, part_ms, part_acc, done, out, qo);
     check_launch("attention");
