@@ -229,16 +229,21 @@ def decode_trace(engine, prompts, tokens):
 
 def assert_fusion_keeps_the_bits(path, monkeypatch):
     # The backend reads MUSER_CUDA_FUSE when it is made: one engine runs the
-    # RoPE + KV store and the GLU in the matvecs' epilogues (opt-in, "1"),
-    # one apart ("0", the default).
+    # RoPE + KV store and the GLU in the matvecs' epilogues at every decode
+    # step ("1"), one apart ("0"); the default fuses groups of 2..4 rows,
+    # and a third engine runs that.
     monkeypatch.setenv("MUSER_CUDA_FUSE", "0")
     apart = muser.Engine(path, backend="cuda")
     monkeypatch.setenv("MUSER_CUDA_FUSE", "1")
     fused = muser.Engine(path, backend="cuda")
+    monkeypatch.delenv("MUSER_CUDA_FUSE")
+    default = muser.Engine(path, backend="cuda")
     prompts = [random_prompt(40 + i, 6 + 5 * i, fused.n_vocab) for i in range(4)]
     tokens = [[int(x) for x in np.random.default_rng(50 + i).integers(0, fused.n_vocab, 3)] for i in range(4)]
-    for k, (a, b) in enumerate(zip(decode_trace(apart, prompts, tokens), decode_trace(fused, prompts, tokens))):
-        assert np.array_equal(a, b), k
+    reference = decode_trace(apart, prompts, tokens)
+    for engine in (fused, default):
+        for k, (a, b) in enumerate(zip(reference, decode_trace(engine, prompts, tokens))):
+            assert np.array_equal(a, b), k
 
 
 @pytest.mark.parametrize("name", ["llama-q4_0", "qwen3-q8_0", "gemma3-q4_k", "phi3-q4_0"])

@@ -96,7 +96,8 @@ std::vector<float> widen_vector(const WeightDesc& w) {
 
 CudaBackend::CudaBackend() {
   const char* fuse = std::getenv("MUSER_CUDA_FUSE");
-  fuse_epilogues_ = fuse != nullptr && std::string(fuse) == "1";
+  if (fuse != nullptr && std::string(fuse) == "1") fuse_ = Fuse::Always;
+  if (fuse != nullptr && std::string(fuse) == "0") fuse_ = Fuse::Never;
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -432,7 +433,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   // would run (ops i + 3..i + 5), in a form matvec_rope_kv runs in the
   // matvec's epilogue: normal-style RoPE over every head of q and k.
   auto fuses_rope_kv = [&](size_t i, DType type, size_t n_rows) -> bool {
-    if (!fuse_epilogues_ || i + 5 >= graph.ops.size() || graph.ops[i + 3].kind != OpKind::Rope) return false;
+    if (!fuses(n_rows) || i + 5 >= graph.ops.size() || graph.ops[i + 3].kind != OpKind::Rope) return false;
     if (!ropes_pair(i + 3) || !stores_rotated_k(i + 3)) return false;
     const Op& rq = graph.ops[i + 3];
     const Op& rk = graph.ops[i + 4];
@@ -449,7 +450,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   // the Glu of their outputs whose rows the next matmul reads as Q8_0 /
   // Q8_1: matvec_glu_quantized runs it in the matvec's epilogue.
   auto fuses_glu = [&](size_t i, DType type, size_t n_rows) -> bool {
-    if (!fuse_epilogues_ || i + 2 >= graph.ops.size()) return false;
+    if (!fuses(n_rows) || i + 2 >= graph.ops.size()) return false;
     const Op& glu_op = graph.ops[i + 2];
     if (glu_op.kind != OpKind::Glu || glu_op.src[0] != graph.ops[i].dst || glu_op.src[1] != graph.ops[i + 1].dst) {
       return false;

@@ -97,14 +97,19 @@ class CudaBackend final : public Backend {
   // The quantized GLU output of matvec_glu_quantized: not act_scratch_,
   // which holds the gate/up matvec's own input while its last blocks write.
   DeviceBuffer glu_scratch_;
-  // Whether decode steps run the RoPE + KV store and the GLU in the
-  // epilogues of the matvecs before them (ops_matvec_fused.cu): opt-in,
-  // MUSER_CUDA_FUSE=1 when the backend is made. The same bits either way
-  // (tests/cuda/test_cuda_engine.py compares them); two launches fewer per
-  // layer, measured on the H200 (device call s7-6, smollm2-135m Q4_0) at
-  // only +1.5..3% single-row and +1..2% at 4 rows, and the full engine
-  // tests have not run with it yet, so the default stays off.
-  bool fuse_epilogues_ = false;
+  // Which decode steps run the RoPE + KV store and the GLU in the
+  // epilogues of the matvecs before them (ops_matvec_fused.cu), two
+  // launches fewer per layer with the same bits (tests/cuda/
+  // test_cuda_engine.py compares them). By default groups of 2..4 rows:
+  // llama3-8b Q4_0 on the H200 (session 9, device call 4) ran 826 / 1,219
+  // tok/s fused at 2 / 4 rows against 779 / 1,157, and 408 against 437 at
+  // one row. MUSER_CUDA_FUSE=1 / 0 when the backend is made: every decode
+  // step / none.
+  enum class Fuse { Groups, Always, Never };
+  Fuse fuse_ = Fuse::Groups;
+  bool fuses(size_t n_rows) const {
+    return fuse_ == Fuse::Always || (fuse_ == Fuse::Groups && n_rows >= 2 && n_rows <= 4);
+  }
   PinnedBuffer logits_host_;
   // Per-step values: pinned staging and its device copy (fixed size, for
   // kMaxStepRows rows, so captured graphs never see them move).
