@@ -210,10 +210,12 @@ def test_rms_norm_matches_numpy():
 
 @pytest.mark.parametrize("width", [64, 128, 480, 512, 576, 1000, 2048, 4096, 4100, 5376, 8192, 8224, 16384, 16500])
 def test_rms_norm_at_every_block_size_and_rows_are_independent(width):
-    """Both kernels: the strided one (widths under 512 or not a multiple of
+    """Each kernel: the strided one (widths under 512 or not a multiple of
     32: below, at and past the 16-per-thread register span of its largest
-    block, odd warp counts) and the one whose threads own 32-element blocks
-    (from 512 on; past 8192 a thread owns more than one block)."""
+    block, odd warp counts), the one whose threads own 4 elements (multiples
+    of 128 from 512 to 4096) and the one whose threads own 32-element blocks
+    (the other multiples of 32 from 512 on; past 8192 a thread owns more
+    than one block)."""
     rng = np.random.default_rng(width)
     x = (rng.standard_normal((6, width)) * rng.uniform(0.01, 30, (6, 1))).astype(np.float32)
     w = rng.uniform(0.5, 1.5, width).astype(np.float32)

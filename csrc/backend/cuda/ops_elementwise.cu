@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
@@ -235,6 +237,87 @@ __global__ void __launch_bounds__(kBlockNormMaxThreads)
   }
 }
 
+// rms_norm of rows of 512..4096 elements, a multiple of 128 (llama3-8b's
+// 4096, most models' hidden sizes): one thread per 4 consecutive elements
+// (width / 4 threads), so a thread's chain is one 16-byte load (two when
+// adding), four squares and one store, where rms_norm_blocks_kernel's
+// thread walked a 32-element block (5.4 us of each of a llama3-8b decode
+// step's 65 norms, at 1 and at 4 rows alike: latency, not bandwidth). The
+// sum of squares in double: the thread's four in order, the warp
+// butterfly, warp 0 over the warps (rms_scale); the width alone fixes that
+// order. A 32-element block's quantization is shared by the 8 lanes that
+// hold it: its max and its int sum over 3 xor steps (exact in any order),
+// each lane rounding its own 4 elements as quantize_block32 does, so the
+// bytes are the reference's.
+constexpr size_t kVecNormMinWidth = 512, kVecNormMaxWidth = 4096;
+
+bool vec_norm_width(size_t width) {
+  // MUSER_CUDA_NORM=blocks (read once, for A/B runs) keeps these widths on
+  // rms_norm_blocks_kernel.
+  static const bool off = [] {
+    const char* env = std::getenv("MUSER_CUDA_NORM");
+    return env != nullptr && std::strcmp(env, "blocks") == 0;
+  }();
+  return !off && width % 128 == 0 && width >= kVecNormMinWidth && width <= kVecNormMaxWidth;
+}
+
+template <int kQuant>
+__global__ void __launch_bounds__(kVecNormMaxWidth / 4)
+    rms_norm_vec_kernel(const float* x, const float* residual, float* sum_out, const float* weight, size_t width,
+                        float eps, float* out, int8_t* q, float* d, float* s) {
+  const size_t row = blockIdx.x, t = threadIdx.x;
+  const size_t at = row * width + 4 * t;
+  // The norm weights are never written by a kernel: loaded before the wait
+  // (see rms_norm_kernel).
+  float4 w = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+  if (weight != nullptr) w = __ldg(reinterpret_cast<const float4*>(weight) + t);
+  dependent_launch_begin();
+  float4 v = *reinterpret_cast<const float4*>(x + at);
+  if (residual != nullptr) {
+    const float4 r = *reinterpret_cast<const float4*>(residual + at);
+    v = make_float4(v.x + r.x, v.y + r.y, v.z + r.z, v.w + r.w);
+    *reinterpret_cast<float4*>(sum_out + at) = v;
+  }
+  double sum = static_cast<double>(v.x) * static_cast<double>(v.x);
+  sum += static_cast<double>(v.y) * static_cast<double>(v.y);
+  sum += static_cast<double>(v.z) * static_cast<double>(v.z);
+  sum += static_cast<double>(v.w) * static_cast<double>(v.w);
+  const float scale = rms_scale<kVecNormMaxWidth / 4>(sum, width, eps);
+  float y[4] = {v.x * scale, v.y * scale, v.z * scale, v.w * scale};
+  if (weight != nullptr) y[0] *= w.x, y[1] *= w.y, y[2] *= w.z, y[3] *= w.w;
+  *reinterpret_cast<float4*>(out + at) = make_float4(y[0], y[1], y[2], y[3]);
+  if constexpr (kQuant != 0) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float a = fabsf(y[e]);
+      amax = a > amax ? a : amax;  // false for NaN
+    }
+#pragma unroll
+    for (int offset = 4; offset > 0; offset >>= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, amax, offset);
+      amax = other > amax ? other : amax;
+    }
+    const Q8Scale sc = q8_scale(amax);
+    uint32_t word = 0;
+    int sum_q = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int8_t qv = round_to_int8(y[e] * sc.id);
+      sum_q += qv;
+      word |= static_cast<uint32_t>(static_cast<uint8_t>(qv)) << (8 * e);
+    }
+    reinterpret_cast<uint32_t*>(q)[at / 4] = word;
+    const size_t block = at / 32;
+    if (t % 8 == 0) d[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd));
+    if constexpr (kQuant == 2) {
+#pragma unroll
+      for (int offset = 4; offset > 0; offset >>= 1) sum_q += __shfl_xor_sync(0xffffffffu, sum_q, offset);
+      if (t % 8 == 0) s[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd * static_cast<float>(sum_q)));
+    }
+  }
+}
+
 // One launch of the rms_norm of n rows (residual, sum_out: the add before
 // it; q, d, s: its Q8 view, kQuant 1 / 2), the kernel chosen by the width
 // alone, so a row's bits are the same in every launch of that width.
@@ -250,6 +333,11 @@ void launch_rms_norm(size_t n, const float* x, const float* residual, float* sum
   if (!(aligned(x) && aligned(residual) && aligned(sum_out) && aligned(weight) && aligned(out) && aligned(q))) {
     // Device buffers and the activation arena's tensors start 256-byte aligned.
     throw InternalError("[cuda rms_norm] its buffers must start 16-byte aligned");
+  }
+  if (vec_norm_width(width)) {
+    launch_dependent(rms_norm_vec_kernel<kQuant>, static_cast<unsigned>(n), static_cast<unsigned>(width / 4), 0, stream,
+                     x, residual, sum_out, weight, width, eps, out, q, d, s);
+    return;
   }
   launch_dependent(rms_norm_blocks_kernel<kQuant>, static_cast<unsigned>(n), block_norm_threads(width), 0, stream, x,
                    residual, sum_out, weight, width, eps, out, q, d, s);
