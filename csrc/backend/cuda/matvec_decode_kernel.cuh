@@ -130,6 +130,51 @@ struct DecodeTargets {
   unsigned first_block[kMaxDecodeTargets + 1];
 };
 
+// Lane `lane`'s sums (acc, zeroed here) of T::dot of units lane, lane +
+// 32, ... of each of kWarpRows weight rows for every row of x, units in
+// increasing order per output, as the prefill kernel sums them. The decode
+// kernels differ only in which thread computes which lane of which rows.
+//
+// Nothing read before dependent_launch_begin() is written by an earlier
+// kernel (weights are uploaded once), so under programmatic dependent
+// launch a lane's first weight loads are in flight while the previous
+// kernel finishes; the activations are read only after the wait. Launched
+// normally, the wait and the trigger return at once. A lane without units
+// (short rows) has nothing to load first.
+template <typename T, int kRows, int kWarpRows, int kUnroll, bool kWide>
+__device__ __forceinline__ void lane_sums(const uint8_t* const (&wrow)[kWarpRows], int lane, int n_units,
+                                          const ActRow (&act)[kRows], float (&acc)[kWarpRows][kRows]) {
+#pragma unroll
+  for (int j = 0; j < kWarpRows; ++j) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
+  }
+  if (lane >= n_units) dependent_launch_begin();
+  for (int base = lane; base < n_units; base += 32 * kUnroll) {
+    typename T::Unit unit[kUnroll][kWarpRows];
+#pragma unroll
+    for (int s = 0; s < kUnroll; ++s) {
+      const int u = base + 32 * s;
+      if (u < n_units) {
+#pragma unroll
+        for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
+      }
+    }
+    if (base == lane) dependent_launch_begin();
+#pragma unroll
+    for (int s = 0; s < kUnroll; ++s) {
+      const int u = base + 32 * s;
+      if (u < n_units) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(unit[s][j], act[r], u);
+        }
+      }
+    }
+  }
+}
+
 // Block b's target (p, its index) and the target's fields, by selects (a
 // dynamic index into the parameter arrays would go through local memory).
 struct BlockTarget {
@@ -244,42 +289,7 @@ __global__ void __launch_bounds__(kDecodeWarpsPerBlock * 32)
     }
   }
   float acc[kWarpRows][kRows];
-#pragma unroll
-  for (int j = 0; j < kWarpRows; ++j) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
-  }
-  // Nothing read before dependent_launch_begin() is written by an earlier
-  // kernel (weights are uploaded once), so under programmatic dependent
-  // launch a lane's first weight loads are in flight while the previous
-  // kernel finishes; the activations are read only after the wait. Launched
-  // normally, the wait and the trigger return at once. A lane without units
-  // (short rows) has nothing to load first.
-  if (lane >= n_units) dependent_launch_begin();
-  for (int base = lane; base < n_units; base += 32 * kUnroll) {
-    typename T::Unit unit[kUnroll][kWarpRows];
-#pragma unroll
-    for (int s = 0; s < kUnroll; ++s) {
-      const int u = base + 32 * s;
-      if (u < n_units) {
-#pragma unroll
-        for (int j = 0; j < kWarpRows; ++j) UnitLoader<T, kWide>::load(wrow[j], u, unit[s][j]);
-      }
-    }
-    if (base == lane) dependent_launch_begin();
-    // Units in increasing order per output, as the prefill kernel sums them.
-#pragma unroll
-    for (int s = 0; s < kUnroll; ++s) {
-      const int u = base + 32 * s;
-      if (u < n_units) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-          for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(unit[s][j], act[r], u);
-        }
-      }
-    }
-  }
+  lane_sums<T, kRows, kWarpRows, kUnroll, kWide>(wrow, lane, n_units, act, acc);
   if constexpr (kEpilogue == kEpilogueNone) {
 #pragma unroll
     for (int j = 0; j < kWarpRows; ++j) {

@@ -46,39 +46,18 @@ __global__ void __launch_bounds__(kLaneRows * 32)
   // Weight rows past n_out (the target's last block's) read the last row
   // and store nothing.
   const size_t n = n0 + row < bt.n_out ? n0 + row : bt.n_out - 1;
-  const uint8_t* wrow = bt.w + n * row_bytes;
+  const uint8_t* const wrow[1] = {bt.w + n * row_bytes};
   ActRow act[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) act[r] = act_row(x, r);
-  float acc[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-  // The weights are loaded before dependent_launch_begin, the activations
-  // after (as matvec_decode_kernel does).
-  if (v >= n_units) dependent_launch_begin();
-  for (int base = v; base < n_units; base += 32 * kUnroll) {
-    typename T::Unit unit[kUnroll];
-#pragma unroll
-    for (int s = 0; s < kUnroll; ++s) {
-      const int u = base + 32 * s;
-      if (u < n_units) UnitLoader<T, kWide>::load(wrow, u, unit[s]);
-    }
-    if (base == v) dependent_launch_begin();
-#pragma unroll
-    for (int s = 0; s < kUnroll; ++s) {
-      const int u = base + 32 * s;
-      if (u < n_units) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) acc[r] += T::dot(unit[s], act[r], u);
-      }
-    }
-  }
+  float acc[1][kRows];
+  lane_sums<T, kRows, 1, kUnroll, kWide>(wrow, v, n_units, act, acc);
   // Virtual lane v of weight row j to lane v of warp j. The row stride of
   // 32 + L floats puts a warp's 32 stores in 32 banks.
   constexpr int kStride = 32 + kLanesPerRow;
   __shared__ float sums[kRows][kLaneRows * kStride];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) sums[r][row * kStride + v] = acc[r];
+  for (int r = 0; r < kRows; ++r) sums[r][row * kStride + v] = acc[0][r];
   __syncthreads();
   const size_t out = n0 + warp;
 #pragma unroll
