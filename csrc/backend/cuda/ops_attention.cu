@@ -33,8 +33,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
@@ -682,19 +680,11 @@ unsigned splits_used(const KvRows& kv, size_t row0, size_t rows, int chunk) {
 // Whether a launch of n_rows rows takes the prefill kernel: decode groups
 // (1..4 rows of distinct sessions) share nothing, so they keep the decode
 // kernel; a step of more rows holds a prefill segment, whose rows share
-// their session's K/V. Both give every row the same bits.
+// their session's K/V. Both give every row the same bits. (Decode groups on
+// the prefill kernel, one row and a KV head's 4 query heads per block,
+// measured slower on llama3-8b Q4_0: 415 / 754 / 1,168 tok/s at 1 / 2 / 4
+// rows against 479 / 877 / 1,285, device call s9-13.)
 constexpr size_t kSharedKvMinRows = 5;
-
-// MUSER_CUDA_ATTENTION=shared (read once, for A/B runs) gives decode groups
-// the prefill kernel too, one row per block: each block then loads a K/V
-// position once for the KV head's query heads instead of once per head.
-bool decode_groups_shared() {
-  static const bool shared = [] {
-    const char* env = std::getenv("MUSER_CUDA_ATTENTION");
-    return env != nullptr && std::strcmp(env, "shared") == 0;
-  }();
-  return shared;
-}
 
 void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                    void* scratch, const QuantizedOut& qo, AttentionKernel choice, int prefill_warps, void* stream) {
@@ -728,18 +718,15 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
     throw InvalidArgument("[cuda attention] the prefill kernel takes at most " + std::to_string(kSharedMaxWarps) +
                           " query heads per KV head, got " + std::to_string(group));
   }
-  const bool groups_shared = choice == AttentionKernel::Auto && n_rows < kSharedKvMinRows && decode_groups_shared();
   const bool shared = choice == AttentionKernel::Prefill ||
-                      (choice == AttentionKernel::Auto && shared_fits && n_rows >= kSharedKvMinRows) ||
-                      (groups_shared && shared_fits);
+                      (choice == AttentionKernel::Auto && shared_fits && n_rows >= kSharedKvMinRows);
   if (shared) {
     // block_rows rows x group query heads per block, one warp each.
     if (prefill_warps < 0 || prefill_warps > kSharedMaxWarps) {
       throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
                             " warps: expected 1.." + std::to_string(kSharedMaxWarps) + " (0: the default)");
     }
-    // A decode group's rows read different sessions: one row per block.
-    const int warps = prefill_warps != 0 ? prefill_warps : groups_shared ? group : kSharedDefaultWarps;
+    const int warps = prefill_warps != 0 ? prefill_warps : kSharedDefaultWarps;
     const int block_rows = std::max(1, warps / group);
     const int chunk = chunk_positions(np);
     const int capacity = chunk + block_rows - 1;
