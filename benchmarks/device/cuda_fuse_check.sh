@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check of the fused decode epilogues (issue 12, ops_matvec_fused.cu, opt-in with MUSER_CUDA_FUSE=1:
-# the q/k/v matvec runs the RoPE and the KV store, the gate/up matvec the GLU and its quantization), in one
-# call of about 3.5 minutes:
+# The GPU check of the fused decode epilogues (issue 12, ops_matvec_fused.cu: the q/k/v matvec runs the RoPE and
+# the KV store, the gate/up matvec the GLU and its quantization; the default for decode groups of 2..4 rows,
+# every decode step with MUSER_CUDA_FUSE=1), in one call of about 3.5 minutes:
 #
 #   DEADLINE=230 bash benchmarks/device/cuda_fuse_check.sh   (from the repository root, $PYLIB carried)
 #
