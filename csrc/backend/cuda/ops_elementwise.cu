@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kNormMaxThreads)
 // 32-element blocks t, t + n, ... of its row, n = min(width / 32,
 // kBlockNormMaxThreads) threads (whole warps; threads past the row's blocks
 // own none). Its loads are 16-byte words, and the Q8 quantization of a block
-// is the thread's own (quantize_block32_thread): the strided kernel's warps
+// is the thread's own (quantize_block32_part): the strided kernel's warps
 // ran one 32-lane max and sum after another for each of their 16 blocks, and
 // a 4096-wide norm took ~10 us of a decode step, 65 times per step. The sum
 // of squares in double: each block's four interleaved partial sums, the
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kBlockNormMaxThreads)
 #pragma unroll
     for (int e = 0; e < 32; ++e) y[e] = weight != nullptr ? (y[e] * scale) * w[e] : y[e] * scale;
     store_block32(o + 32 * b, y);
-    if constexpr (kQuant != 0) quantize_block32_thread<kQuant == 2>(y, row_block + b, q, d, s);
+    if constexpr (kQuant != 0) quantize_block32_part<kQuant == 2, 1>(y, 0, row_block + b, q, d, s);
   };
   if (t < n_blocks) emit(t, v, wv);
   // Each element is read and written by one thread, reads first: out may be
@@ -246,9 +246,7 @@ __global__ void __launch_bounds__(kBlockNormMaxThreads)
 // sum of squares in double: the thread's four in order, the warp
 // butterfly, warp 0 over the warps (rms_scale); the width alone fixes that
 // order. A 32-element block's quantization is shared by the 8 lanes that
-// hold it: its max and its int sum over 3 xor steps (exact in any order),
-// each lane rounding its own 4 elements as quantize_block32 does, so the
-// bytes are the reference's.
+// hold it (quantize_block32_part), so the bytes are the reference's.
 constexpr size_t kVecNormMinWidth = 512, kVecNormMaxWidth = 4096;
 
 bool vec_norm_width(size_t width) {
@@ -286,36 +284,7 @@ __global__ void __launch_bounds__(kVecNormMaxWidth / 4)
   float y[4] = {v.x * scale, v.y * scale, v.z * scale, v.w * scale};
   if (weight != nullptr) y[0] *= w.x, y[1] *= w.y, y[2] *= w.z, y[3] *= w.w;
   *reinterpret_cast<float4*>(out + at) = make_float4(y[0], y[1], y[2], y[3]);
-  if constexpr (kQuant != 0) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float a = fabsf(y[e]);
-      amax = a > amax ? a : amax;  // false for NaN
-    }
-#pragma unroll
-    for (int offset = 4; offset > 0; offset >>= 1) {
-      const float other = __shfl_xor_sync(0xffffffffu, amax, offset);
-      amax = other > amax ? other : amax;
-    }
-    const Q8Scale sc = q8_scale(amax);
-    uint32_t word = 0;
-    int sum_q = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int8_t qv = round_to_int8(y[e] * sc.id);
-      sum_q += qv;
-      word |= static_cast<uint32_t>(static_cast<uint8_t>(qv)) << (8 * e);
-    }
-    reinterpret_cast<uint32_t*>(q)[at / 4] = word;
-    const size_t block = at / 32;
-    if (t % 8 == 0) d[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd));
-    if constexpr (kQuant == 2) {
-#pragma unroll
-      for (int offset = 4; offset > 0; offset >>= 1) sum_q += __shfl_xor_sync(0xffffffffu, sum_q, offset);
-      if (t % 8 == 0) s[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd * static_cast<float>(sum_q)));
-    }
-  }
+  if constexpr (kQuant != 0) quantize_block32_part<kQuant == 2, 8>(y, static_cast<int>(t % 8), at / 32, q, d, s);
 }
 
 // One launch of the rms_norm of n rows (residual, sum_out: the add before

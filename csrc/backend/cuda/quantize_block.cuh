@@ -49,23 +49,35 @@ __device__ __forceinline__ void quantize_block32(float v, int lane, size_t block
   }
 }
 
-// The same bytes from one thread holding all 32 elements of the block (y):
-// its max and sum are its own, in any order (both exact). q is 16-byte
-// aligned.
-template <bool kWithSum>
-__device__ __forceinline__ void quantize_block32_thread(const float (&y)[32], size_t block, int8_t* __restrict__ q,
-                                                        float* __restrict__ d, float* __restrict__ s) {
+// The same bytes from kLanes consecutive lanes (1 or 8; converged, the
+// block's first lane a multiple of kLanes) each holding 32 / kLanes
+// consecutive elements y of the block, `part` its index among them: the
+// block's max and its int sum are each lane's own, then folded over the
+// lanes in xor steps (both exact in any order); each lane rounds and stores
+// its own elements. kLanes 1: one thread holds the whole block. q is
+// 16-byte aligned.
+template <bool kWithSum, int kLanes>
+__device__ __forceinline__ void quantize_block32_part(const float (&y)[32 / kLanes], int part, size_t block,
+                                                      int8_t* __restrict__ q, float* __restrict__ d,
+                                                      float* __restrict__ s) {
+  static_assert(kLanes == 1 || kLanes == 8, "a lane holds whole 16-byte words or one 4-byte word");
+  constexpr int kWords = 8 / kLanes;
   float amax = 0.0f;
 #pragma unroll
-  for (int e = 0; e < 32; ++e) {
+  for (int e = 0; e < 32 / kLanes; ++e) {
     const float a = fabsf(y[e]);
     amax = a > amax ? a : amax;  // false for NaN
   }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, amax, offset);
+    amax = other > amax ? other : amax;
+  }
   const Q8Scale sc = q8_scale(amax);
-  uint32_t words[8];
+  uint32_t words[kWords];
   int sum = 0;
 #pragma unroll
-  for (int w = 0; w < 8; ++w) {
+  for (int w = 0; w < kWords; ++w) {
     uint32_t word = 0;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
@@ -75,11 +87,19 @@ __device__ __forceinline__ void quantize_block32_thread(const float (&y)[32], si
     }
     words[w] = word;
   }
-  int8_t* out = q + block * 32;
-  reinterpret_cast<uint4*>(out)[0] = make_uint4(words[0], words[1], words[2], words[3]);
-  reinterpret_cast<uint4*>(out)[1] = make_uint4(words[4], words[5], words[6], words[7]);
-  d[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd));
-  if (kWithSum) s[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd * static_cast<float>(sum)));
+  int8_t* out = q + block * 32 + 4 * kWords * part;
+  if constexpr (kLanes == 1) {
+    reinterpret_cast<uint4*>(out)[0] = make_uint4(words[0], words[1], words[2], words[3]);
+    reinterpret_cast<uint4*>(out)[1] = make_uint4(words[4], words[5], words[6], words[7]);
+  } else {
+    *reinterpret_cast<uint32_t*>(out) = words[0];
+  }
+  if (part == 0) d[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd));
+  if constexpr (kWithSum) {
+#pragma unroll
+    for (int offset = kLanes / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (part == 0) s[block] = f16_bits_to_f32(f32_to_f16_bits(sc.dd * static_cast<float>(sum)));
+  }
 }
 
 }  // namespace muser::cuda
