@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/cpu/kernel_set.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -70,7 +71,7 @@ bool sysctl_flag(const char* name) {
 // lets the kernels use AMX. MUSER_CPU_AMX=0 in the environment turns AMX off.
 bool amx_usable(bool avx512vnni) {
   if (!avx512vnni) return false;
-  if (const char* off = std::getenv("MUSER_CPU_AMX"); off != nullptr && std::strcmp(off, "0") == 0) return false;
+  if (env_is("MUSER_CPU_AMX", "0")) return false;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
   if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -12,6 +11,7 @@
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_kv_storage.h"
 #include "backend/registry.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "tensor/half_float.h"
@@ -95,9 +95,8 @@ std::vector<float> widen_vector(const WeightDesc& w) {
 }  // namespace
 
 CudaBackend::CudaBackend() {
-  const char* fuse = std::getenv("MUSER_CUDA_FUSE");
-  if (fuse != nullptr && std::string(fuse) == "1") fuse_ = Fuse::Always;
-  if (fuse != nullptr && std::string(fuse) == "0") fuse_ = Fuse::Never;
+  if (env_is("MUSER_CUDA_FUSE", "1")) fuse_ = Fuse::Always;
+  if (env_is("MUSER_CUDA_FUSE", "0")) fuse_ = Fuse::Never;
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -1,7 +1,6 @@
 #include "backend/cuda/dependent_launch.cuh"
 
-#include <cstdlib>
-#include <cstring>
+#include "core/env_switch.h"
 
 namespace muser::cuda {
 
@@ -9,8 +8,7 @@ bool dependent_launch_enabled() {
   // Once per process: like the CPU's instruction-set choice, a property of
   // the machine (and of one switch for ruling it out), not of a call.
   static const bool enabled = [] {
-    const char* env = std::getenv("MUSER_CUDA_PDL");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+    if (env_is("MUSER_CUDA_PDL", "0")) return false;
     int device = 0, major = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;

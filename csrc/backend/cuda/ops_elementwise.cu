@@ -4,8 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
@@ -13,6 +11,7 @@
 #include "backend/cuda/glu_value.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/weight_units.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace muser::cuda {
@@ -252,10 +251,7 @@ constexpr size_t kVecNormMinWidth = 512, kVecNormMaxWidth = 4096;
 bool vec_norm_width(size_t width) {
   // MUSER_CUDA_NORM=blocks (read once, for A/B runs) keeps these widths on
   // rms_norm_blocks_kernel.
-  static const bool off = [] {
-    const char* env = std::getenv("MUSER_CUDA_NORM");
-    return env != nullptr && std::strcmp(env, "blocks") == 0;
-  }();
+  static const bool off = env_is("MUSER_CUDA_NORM", "blocks");
   return !off && width % 128 == 0 && width >= kVecNormMinWidth && width <= kVecNormMaxWidth;
 }
 

@@ -36,7 +36,6 @@
 // are in the history of branch cuda-gemm4 (commits 118e158, c09aa4d).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -44,6 +43,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/gemm_mma_parts.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace muser::cuda {
@@ -56,11 +56,7 @@ namespace {
 // copies.
 constexpr int kPackedVersion = 5;
 int requested_version() {
-  static const int version = [] {
-    const char* env = std::getenv("MUSER_CUDA_GEMM");
-    const std::string v = env != nullptr ? env : "";
-    return v == "v1" ? 1 : kPackedVersion;
-  }();
+  static const int version = env_is("MUSER_CUDA_GEMM", "v1") ? 1 : kPackedVersion;
   return version;
 }
 

@@ -1,10 +1,9 @@
 // The decode matvec's configs and its plain launches (the kernel:
 // matvec_decode_kernel.cuh).
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "backend/cuda/matvec_decode_kernel.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace muser::cuda {
@@ -20,10 +19,7 @@ namespace {
 // Once per process, as MUSER_CUDA_PDL: MUSER_CUDA_DECODE=classic keeps
 // every decode matvec on matvec_decode_kernel (for A/B runs).
 bool spread_configs_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("MUSER_CUDA_DECODE");
-    return env == nullptr || std::strcmp(env, "classic") != 0;
-  }();
+  static const bool enabled = !env_is("MUSER_CUDA_DECODE", "classic");
   return enabled;
 }
 
