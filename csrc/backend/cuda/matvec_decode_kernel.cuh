@@ -411,21 +411,18 @@ void launch_decode(const MatvecTarget* targets, size_t count, const ActivationVi
   const int n_units = static_cast<int>(k / 32);
   const LaunchTargets l =
       launch_targets(targets, count, row_bytes, static_cast<size_t>(kDecodeWarpsPerBlock) * kWarpRows);
-  const DecodeTargets& t = l.t;
-  const unsigned blocks = l.blocks;
-  const bool aligned = l.aligned;
-  if (blocks == 0) return;
+  if (l.blocks == 0) return;
   bool launched = false;
   if constexpr (kHasWideLoader<T>) {
-    if (wide && aligned) {
-      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true, kEpilogue>, blocks,
-                       kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x, epilogue);
+    if (wide && l.aligned) {
+      launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, true, kEpilogue>, l.blocks,
+                       kDecodeWarpsPerBlock * 32, 0, stream, l.t, row_bytes, n_units, x, epilogue);
       launched = true;
     }
   }
   if (!launched) {
-    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false, kEpilogue>, blocks,
-                     kDecodeWarpsPerBlock * 32, 0, stream, t, row_bytes, n_units, x, epilogue);
+    launch_dependent(matvec_decode_kernel<T, kRows, kWarpRows, kUnroll, false, kEpilogue>, l.blocks,
+                     kDecodeWarpsPerBlock * 32, 0, stream, l.t, row_bytes, n_units, x, epilogue);
   }
   check_launch("matvec (decode)");
 }
