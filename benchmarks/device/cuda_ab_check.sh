@@ -8,8 +8,8 @@
 # tests (OPS_CAP seconds, default 70), the engine tests less the llama3-8b cells (CPU parity, batch and chunking
 # invariance), then the decode cells of bench_cuda.py (1/2/4 rows) with $AB_ENV ("A"), without it ("B", the
 # change), and with it again, so drift during the call shows; then (FULL=1, the default) the full bench_cuda.py
-# table without it. PEER (a file of .device/cuda-peer.sh's
-# lines, optional) adds the llama.cpp column. Results: $OUT/results.txt, ops.xml, engine.xml.
+# table without it. PEER (a file of .device/cuda-peer.sh's lines, optional) adds the llama.cpp column.
+# Results: $OUT/results.txt, ops.xml, engine.xml.
 DEADLINE=${DEADLINE:-420}
 . "$(dirname "$0")/cuda_common.sh"
 log "ops tests"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Nsight Compute on the kernels of one llama3-8b Q4_0 decode step at ROWS rows (default 4): the first layer's
-# norm, q/k/v, attention, o, gate/up and down launches, with the sections that say what bounds each (speed of
-# light, memory, compute, warp states, scheduler, occupancy, instruction mix). About 3 minutes:
+# norm, q/k/v, attention, o, gate/up and down launches (at 2..4 rows the rope and the GLU run inside the q/k/v
+# and gate/up launches, and o and down take the spread kernel from 3 rows), with the sections that say what
+# bounds each (speed of light, memory, compute, warp states, scheduler, occupancy, instruction mix). About 3
+# minutes:
 #
 #   bash benchmarks/device/cuda_ncu_decode.sh        (repository root, $PYLIB carried)
 #
@@ -32,8 +34,8 @@ cuda.cuProfilerStop()
 PY
 ncu=/usr/local/cuda/bin/ncu; [ -x "$ncu" ] || ncu=ncu
 timeout "${NCU_SECONDS:-150}" "$ncu" --clock-control none --graph-profiling node --profile-from-start off \
-  -k regex:"matvec_decode_kernel|rms_norm_blocks_kernel|attention_partial_kernel" --launch-skip "${SKIP:-0}" \
-  --launch-count "${COUNT:-7}" --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-  --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
+  -k regex:"matvec_(decode|spread)_kernel|rms_norm_(blocks|vec)_kernel|attention_partial_kernel" \
+  --launch-skip "${SKIP:-0}" --launch-count "${COUNT:-7}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+  --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
   python3 /tmp/muser-ncu/step.py > "$out/ncu-rows${ROWS:-4}.txt" 2>&1
-echo "ncu rc $?"; grep -E "matvec_decode_kernel|rms_norm|attention_partial|Duration|Memory Throughput|DRAM Throughput|Issue Slots Busy|Eligible Warps|Achieved Occupancy|Registers Per|No Eligible" "$out/ncu-rows${ROWS:-4}.txt" | cut -c1-150
+echo "ncu rc $?"; grep -E "matvec_(decode|spread)_kernel|rms_norm|attention_partial|Duration|Memory Throughput|DRAM Throughput|Issue Slots Busy|Eligible Warps|Achieved Occupancy|Registers Per|No Eligible" "$out/ncu-rows${ROWS:-4}.txt" | cut -c1-150
