@@ -252,6 +252,54 @@ def test_fused_decode_epilogues_give_the_bits_of_separate_launches(name, tmp_pat
     assert_fusion_keeps_the_bits(path, monkeypatch)
 
 
+@pytest.mark.parametrize("name", ["llama-q4_0", "gemma3-q4_k"])
+def test_captured_decode_steps_fit_their_attention_grids_to_the_rows_bitwise(name, tmp_path, monkeypatch):
+    """A replayed decode step launches only the attention splits its rows
+    reach (the grid is refitted before each replay). Rows hundreds of
+    positions apart, decoded alone and in groups while they cross chunk
+    boundaries (every 128 positions for heads of 16, 64 for gemma3's 128,
+    past its 16-position window on the ring layers), so the grid grows and
+    shrinks between replays: every row keeps the bits of an engine that
+    launches every split, and of prefilling its whole sequence."""
+    path = write_tiny_model(tmp_path / f"{name}.gguf", context_length=2048, **TINY_MODELS[name])
+    monkeypatch.setenv("MUSER_CUDA_ATTENTION_GRID", "full")
+    every_split = muser.Engine(path, backend="cuda")
+    monkeypatch.delenv("MUSER_CUDA_ATTENTION_GRID")
+    fitted = muser.Engine(path, backend="cuda")
+    prompts = [random_prompt(60 + i, n, fitted.n_vocab) for i, n in enumerate((3, 120, 250, 500))]
+    tokens = [[int(x) for x in np.random.default_rng(70 + i).integers(0, fitted.n_vocab, 24)] for i in range(4)]
+    schedule = [[0, 1, 2, 3], [0], [3, 2], [1, 0], [2], [3, 0, 1, 2]]
+
+    def trace(engine):
+        sessions = [engine.session(max_context=600) for _ in range(4)]
+        for s, p in zip(sessions, prompts):
+            s.prefill(p)
+        done = [0] * 4
+        logits = []
+        for step in range(24):
+            for group in schedule:
+                group = [i for i in group if done[i] < 24]
+                if not group:
+                    continue
+                engine.decode_group([sessions[i] for i in group], [tokens[i][done[i]] for i in group])
+                for i in group:
+                    done[i] += 1
+                logits += [sessions[i].logits.copy() for i in group]
+        assert done == [24] * 4
+        return logits, [s.logits.copy() for s in sessions]
+
+    expected, expected_last = trace(every_split)
+    got, got_last = trace(fitted)
+    assert len(got) == len(expected) == 96
+    for k, (a, b) in enumerate(zip(expected, got)):
+        assert np.array_equal(a, b), k
+    for i in range(4):
+        whole = fitted.session(max_context=600)
+        whole.prefill(prompts[i] + tokens[i])
+        assert np.array_equal(whole.logits, got_last[i]), i
+        assert np.array_equal(got_last[i], expected_last[i]), i
+
+
 # smollm2's 576-wide rows are no multiple of 256, so its K-quant cells use llama3-8b.
 REAL = [("smollm2-135m", "Q4_0"), ("smollm2-135m", "Q8_0"), ("smollm2-135m", "Q5_0"), ("llama3-8b", "Q4_K")]
 

@@ -97,6 +97,7 @@ std::vector<float> widen_vector(const WeightDesc& w) {
 CudaBackend::CudaBackend() {
   if (env_is("MUSER_CUDA_FUSE", "1")) fuse_ = Fuse::Always;
   if (env_is("MUSER_CUDA_FUSE", "0")) fuse_ = Fuse::Never;
+  fit_attention_grids_ = !env_is("MUSER_CUDA_ATTENTION_GRID", "full");
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -119,10 +120,7 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::drop_captures() noexcept {
-  for (auto& [id, c] : compiled_) {
-    if (c.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(c.exec));
-    c.exec = nullptr;
-  }
+  for (auto& [id, c] : compiled_) c.capture.reset();
 }
 
 void CudaBackend::load_weights(const WeightTable& table) {
@@ -686,7 +684,7 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
   cudaStream_t stream = as_stream(stream_);
   try {
     if (graph.shape.n_rows <= kMaxCapturedRows) {
-      if (c.exec == nullptr) {
+      if (c.capture == nullptr) {
         check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         cudaGraph_t captured = nullptr;
         try {
@@ -698,13 +696,10 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
           throw;
         }
         check_cuda(cudaStreamEndCapture(stream, &captured), "cudaStreamEndCapture");
-        cudaGraphExec_t exec = nullptr;
-        const cudaError_t err = cudaGraphInstantiate(&exec, captured, 0);
-        cudaGraphDestroy(captured);
-        check_cuda(err, "cudaGraphInstantiate");
-        c.exec = exec;
+        c.capture = std::make_unique<StepCapture>(captured, fit_attention_grids_);
       }
-      check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(c.exec), stream), "cudaGraphLaunch");
+      c.capture->fit_attention_grids(host.positions, n_rows);
+      c.capture->launch(stream);
     } else {
       enqueue(graph, c, ring_layer, n_layer, host.positions);
     }

@@ -37,6 +37,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/step_capture.h"
 
 namespace muser::cuda {
 
@@ -67,7 +68,7 @@ class CudaBackend final : public Backend {
     size_t glu_counters = 0;             // matvec_glu_quantized counters (widest Glu op)
     size_t glu_bytes = 0;                // matvec_glu_quantized's quantized output (largest Glu op)
     std::vector<const double*> rope_freqs;  // per op (Rope only)
-    void* exec = nullptr;                // cudaGraphExec_t (decode shapes), once captured
+    std::unique_ptr<StepCapture> capture;  // decode shapes, once captured
   };
 
   Compiled& compile(const StepGraph& graph);
@@ -110,6 +111,9 @@ class CudaBackend final : public Backend {
   bool fuses(size_t n_rows) const {
     return fuse_ == Fuse::Always || (fuse_ == Fuse::Groups && n_rows >= 2 && n_rows <= 4);
   }
+  // Captured decode steps refit their attention grids to each replay's
+  // positions (step_capture.h) unless MUSER_CUDA_ATTENTION_GRID=full.
+  bool fit_attention_grids_ = true;
   PinnedBuffer logits_host_;
   // Per-step values: pinned staging and its device copy (fixed size, for
   // kMaxStepRows rows, so captured graphs never see them move).

@@ -243,6 +243,14 @@ void clear_attention_scratch(void* scratch, size_t bytes, void* stream);
 enum class AttentionKernel { Auto, Decode, Prefill };
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                void* scratch, void* stream, AttentionKernel kernel = AttentionKernel::Auto, int prefill_warps = 0);
+// For a captured decode step, whose attention launches take every split
+// (KvRows::host_positions is null under capture): the positions per chunk
+// of `kernel` if it is the decode attention kernel (so a launch of it can be
+// refitted to a replay's positions), else 0; and the splits a launch over
+// rows at `positions` needs with chunks of `chunk` positions (the grid a
+// launch with host positions gets). Split z's work never depends on the grid.
+int attention_decode_chunk(const void* kernel);
+unsigned attention_splits(const int32_t* positions, size_t n_rows, int chunk);
 // attention that also quantizes its output rows for the matvec that reads
 // them, as rms_norm_quantized does (Q8_0 / Q8_1, head_dim_v % 32 == 0):
 // one launch instead of attention's and the quantization's.

@@ -672,9 +672,7 @@ namespace {
 // only costs block slots. Split z's work does not depend on the grid.
 unsigned splits_used(const KvRows& kv, size_t row0, size_t rows, int chunk) {
   if (kv.host_positions == nullptr) return kSplits;
-  int most = 1;
-  for (size_t r = row0; r < row0 + rows; ++r) most = std::max(most, (kv.host_positions[r] + chunk) / chunk);
-  return static_cast<unsigned>(std::min(most, kSplits));
+  return attention_splits(kv.host_positions + row0, rows, chunk);
 }
 
 // Whether a launch of n_rows rows takes the prefill kernel: decode groups
@@ -769,6 +767,20 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
 }
 
 }  // namespace
+
+unsigned attention_splits(const int32_t* positions, size_t n_rows, int chunk) {
+  int most = 1;
+  for (size_t r = 0; r < n_rows; ++r) most = std::max(most, (positions[r] + chunk) / chunk);
+  return static_cast<unsigned>(std::min(most, kSplits));
+}
+
+int attention_decode_chunk(const void* kernel) {
+  if (kernel == reinterpret_cast<const void*>(attention_partial_kernel<1>)) return chunk_positions(1);
+  if (kernel == reinterpret_cast<const void*>(attention_partial_kernel<2>)) return chunk_positions(2);
+  if (kernel == reinterpret_cast<const void*>(attention_partial_kernel<3>)) return chunk_positions(3);
+  if (kernel == reinterpret_cast<const void*>(attention_partial_kernel<4>)) return chunk_positions(4);
+  return 0;
+}
 
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                void* scratch, void* stream, AttentionKernel kernel, int prefill_warps) {
