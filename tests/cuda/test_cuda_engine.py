@@ -230,8 +230,8 @@ def decode_trace(engine, prompts, tokens):
 def assert_fusion_keeps_the_bits(path, monkeypatch):
     # The backend reads MUSER_CUDA_FUSE when it is made: one engine runs the
     # RoPE + KV store and the GLU in the matvecs' epilogues at every decode
-    # step ("1"), one apart ("0"); the default fuses groups of 2..4 rows,
-    # and a third engine runs that.
+    # step ("1"), one apart ("0"); the default fuses the RoPE + KV store of
+    # groups of 2..4 rows, and a third engine runs that.
     monkeypatch.setenv("MUSER_CUDA_FUSE", "0")
     apart = muser.Engine(path, backend="cuda")
     monkeypatch.setenv("MUSER_CUDA_FUSE", "1")

@@ -97,6 +97,7 @@ std::vector<float> widen_vector(const WeightDesc& w) {
 CudaBackend::CudaBackend() {
   if (env_is("MUSER_CUDA_FUSE", "1")) fuse_ = Fuse::Always;
   if (env_is("MUSER_CUDA_FUSE", "0")) fuse_ = Fuse::Never;
+  if (env_is("MUSER_CUDA_FUSE", "groups")) fuse_ = Fuse::Groups;
   fit_attention_grids_ = !env_is("MUSER_CUDA_ATTENTION_GRID", "full");
   check_cuda(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t stream = nullptr;
@@ -447,7 +448,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
   // the Glu of their outputs whose rows the next matmul reads as Q8_0 /
   // Q8_1: matvec_glu_quantized runs it in the matvec's epilogue.
   auto fuses_glu = [&](size_t i, DType type, size_t n_rows) -> bool {
-    if (!fuses(n_rows) || i + 2 >= graph.ops.size()) return false;
+    if (!fuses_glu_of(n_rows) || i + 2 >= graph.ops.size()) return false;
     const Op& glu_op = graph.ops[i + 2];
     if (glu_op.kind != OpKind::Glu || glu_op.src[0] != graph.ops[i].dst || glu_op.src[1] != graph.ops[i + 1].dst) {
       return false;

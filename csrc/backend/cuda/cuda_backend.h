@@ -99,18 +99,23 @@ class CudaBackend final : public Backend {
   // which holds the gate/up matvec's own input while its last blocks write.
   DeviceBuffer glu_scratch_;
   // Which decode steps run the RoPE + KV store and the GLU in the
-  // epilogues of the matvecs before them (ops_matvec_fused.cu), two
-  // launches fewer per layer with the same bits (tests/cuda/
-  // test_cuda_engine.py compares them). By default groups of 2..4 rows:
-  // llama3-8b Q4_0 on the H200 (session 9, device call 4) ran 826 / 1,219
-  // tok/s fused at 2 / 4 rows against 779 / 1,157, and 408 against 437 at
-  // one row. MUSER_CUDA_FUSE=1 / 0 when the backend is made: every decode
-  // step / none.
-  enum class Fuse { Groups, Always, Never };
-  Fuse fuse_ = Fuse::Groups;
+  // epilogues of the matvecs before them (ops_matvec_fused.cu), one launch
+  // fewer per layer each, with the same bits (tests/cuda/
+  // test_cuda_engine.py compares them). By default groups of 2..4 rows fuse
+  // the RoPE + KV store only: llama3-8b Q4_0 on the H200 ran 917 / 1,340
+  // tok/s at 2 / 4 rows against 882 / 1,304 with the GLU fused too
+  // (session 10, device call 3: the GLU epilogue's fence and counters cost
+  // its gate/up launch more than the separate GLU launch costs), and single
+  // rows fuse neither (session 9: 408 against 437 tok/s fused).
+  // MUSER_CUDA_FUSE=groups when the backend is made: groups fuse the GLU
+  // too; 1 / 0: every decode step fuses both / none.
+  enum class Fuse { Groups, Always, Never, RopeGroups };
+  Fuse fuse_ = Fuse::RopeGroups;
   bool fuses(size_t n_rows) const {
-    return fuse_ == Fuse::Always || (fuse_ == Fuse::Groups && n_rows >= 2 && n_rows <= 4);
+    return fuse_ == Fuse::Always ||
+           ((fuse_ == Fuse::Groups || fuse_ == Fuse::RopeGroups) && n_rows >= 2 && n_rows <= 4);
   }
+  bool fuses_glu_of(size_t n_rows) const { return fuse_ != Fuse::RopeGroups && fuses(n_rows); }
   // Captured decode steps refit their attention grids to each replay's
   // positions (step_capture.h) unless MUSER_CUDA_ATTENTION_GRID=full.
   bool fit_attention_grids_ = true;

@@ -8,10 +8,11 @@
 // step) it gains only 1.5-3% at 1 row and 1-2% at 4: under programmatic
 // dependent launch a boundary costs ~0.5 us, and the work moved into the
 // epilogues (the RoPE's double cos/sin, the GLU's counters and tail) is
-// still on the step's critical path. On llama3-8b Q4_0 it gains 6% at 2
-// and 4 rows and loses 7% at one (session 9), so the backend takes these
-// launches for decode groups of 2..4 rows (MUSER_CUDA_FUSE=1 / 0: for
-// every decode step / none).
+// still on the step's critical path. On llama3-8b Q4_0 both gained 6% at 2
+// and 4 rows and lost 7% at one (session 9); the GLU's alone then measured
+// 3-4% slower than its separate launch at 2 and 4 rows (session 10), so the
+// backend takes the RoPE + KV one for decode groups of 2..4 rows
+// (cuda_backend.h says how MUSER_CUDA_FUSE changes that).
 //
 // Only the types a real model's q/k/v and gate/up use most are instantiated
 // (every instantiation is another ~40 kernels to compile); other types run
