@@ -54,6 +54,19 @@ struct UnitLoader {
   __device__ static void load(const uint8_t* row, int u, typename T::Unit& w) { T::load(row, u, w); }
 };
 
+// 16 weight bytes for the decode loaders. The weights are read once per
+// step and stream through L1; marked first to leave it, they leave the
+// activations, which every warp of a block reads again, in place. Measured
+// on the H200 (session 10, llama3-8b Q4_0, against __ldg): +2.5% / +1% /
+// +1% tok/s at 1 / 2 / 4 rows.
+__device__ __forceinline__ uint4 load_weight16(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 // Q4_0 from a 16-byte aligned row: block u's 18 bytes start at byte
 // rel = 18u % 16 of the 32-byte aligned window at 18u - rel (rel <= 14, so
 // the block ends inside the window, and the window inside the row).
@@ -62,7 +75,7 @@ struct UnitLoader<TypeQ4_0, true> {
   __device__ static void load(const uint8_t* row, int u, TypeQ4_0::Unit& w) {
     const int off = TypeQ4_0::kBlockBytes * u;
     const uint4* p = reinterpret_cast<const uint4*>(row + (off & ~15));
-    const uint4 a = __ldg(p), b = __ldg(p + 1);
+    const uint4 a = load_weight16(p), b = load_weight16(p + 1);
     const uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     const int e = (off & 15) >> 2;   // the window word holding the block's first byte, 0..3
     const int shift = (off & 3) * 8; // 0, or 16 for a block starting mid-word
