@@ -1,6 +1,10 @@
 // The decode matvec's configs and its plain launches (the kernel:
 // matvec_decode_kernel.cuh).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/matvec_decode_kernel.cuh"
 #include "core/env_switch.h"
@@ -23,9 +27,44 @@ bool spread_configs_enabled() {
   return enabled;
 }
 
+// Once per process: MUSER_CUDA_DECODE_CONFIG="R:N=W,U,L;..." (A/B runs
+// in the engine, where the kernel bench's cold, unchained launches mislead)
+// gives matvecs of R rows and exactly N weight rows (all targets together)
+// the config W weight rows per warp, U units per lane, L lane rows.
+struct ConfigOverride {
+  size_t rows, n_out;
+  DecodeConfig config;
+};
+
+const std::vector<ConfigOverride>& config_overrides() {
+  static const std::vector<ConfigOverride> overrides = [] {
+    std::vector<ConfigOverride> out;
+    const char* spec = std::getenv("MUSER_CUDA_DECODE_CONFIG");
+    if (spec == nullptr) return out;
+    std::string s(spec);
+    size_t at = 0;
+    while (at < s.size()) {
+      const size_t end = std::min(s.find(';', at), s.size());
+      ConfigOverride o{};
+      o.config.wide = true;
+      if (std::sscanf(s.substr(at, end - at).c_str(), "%zu:%zu=%d,%d,%d", &o.rows, &o.n_out, &o.config.warp_rows,
+                      &o.config.unroll, &o.config.lane_rows) == 5 &&
+          decode_config_exists(o.config)) {
+        out.push_back(o);
+      }
+      at = end + 1;
+    }
+    return out;
+  }();
+  return overrides;
+}
+
 }  // namespace
 
 DecodeConfig decode_config(DType type, size_t n_out, size_t n_rows, bool spread) {
+  for (const ConfigOverride& o : config_overrides()) {
+    if (o.rows == n_rows && o.n_out == n_out && (spread || o.config.lane_rows == 1)) return o.config;
+  }
   // Measured on the H200 (benchmarks/bench_cuda_matvec.py, llama3-8b shapes,
   // Q4_0 and Q4_K): one weight row per warp, one unit at a time, is fastest
   // on small matrices (k/v: 1024 rows) and as fast as any on 4096-row ones
