@@ -30,7 +30,9 @@ bool spread_configs_enabled() {
 // Once per process: MUSER_CUDA_DECODE_CONFIG="R:N=W,U,L;..." (A/B runs
 // in the engine, where the kernel bench's cold, unchained launches mislead)
 // gives matvecs of R rows and exactly N weight rows (all targets together)
-// the config W weight rows per warp, U units per lane, L lane rows.
+// the config W weight rows per warp, U units per lane, L lane rows. An
+// entry in another form, or naming a config that does not exist, fails the
+// step with InvalidArgument (a typo would otherwise measure the default).
 struct ConfigOverride {
   size_t rows, n_out;
   DecodeConfig config;
@@ -45,13 +47,18 @@ const std::vector<ConfigOverride>& config_overrides() {
     size_t at = 0;
     while (at < s.size()) {
       const size_t end = std::min(s.find(';', at), s.size());
+      const std::string entry = s.substr(at, end - at);
       ConfigOverride o{};
       o.config.wide = true;
-      if (std::sscanf(s.substr(at, end - at).c_str(), "%zu:%zu=%d,%d,%d", &o.rows, &o.n_out, &o.config.warp_rows,
-                      &o.config.unroll, &o.config.lane_rows) == 5 &&
-          decode_config_exists(o.config)) {
-        out.push_back(o);
+      int consumed = 0;
+      if (std::sscanf(entry.c_str(), "%zu:%zu=%d,%d,%d%n", &o.rows, &o.n_out, &o.config.warp_rows, &o.config.unroll,
+                      &o.config.lane_rows, &consumed) != 5 ||
+          static_cast<size_t>(consumed) != entry.size() || !decode_config_exists(o.config)) {
+        throw InvalidArgument("MUSER_CUDA_DECODE_CONFIG: entry '" + entry +
+                              "' is not R:N=W,U,L naming an existing decode config (W,U,L one of 1,1,1 2,1,1 "
+                              "2,2,1 4,1,1 4,2,1 1,1,8 1,2,8)");
       }
+      out.push_back(o);
       at = end + 1;
     }
     return out;
