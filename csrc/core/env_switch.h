@@ -1,6 +1,8 @@
 // The environment switches muser reads (MUSER_CPU_AMX=0, MUSER_CUDA_PDL=0,
-// the CUDA A/B switches): escape hatches and comparisons, each read once
-// per process by the code it switches.
+// the CUDA A/B switches): escape hatches and comparisons, each read by the
+// code it switches once per process, or once per backend where tests make
+// backends both ways in one process (MUSER_CUDA_FUSE,
+// MUSER_CUDA_ATTENTION_GRID).
 #pragma once
 
 #include <cstdlib>

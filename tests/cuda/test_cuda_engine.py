@@ -148,8 +148,8 @@ def test_prefill_gives_the_same_bits_in_any_chunking(tiny):
     prompt = random_prompt(3, 37, gpu.n_vocab)
     whole = gpu.session(max_context=64)
     whole.prefill(prompt)
-    # Chunks of 2..4 rows run the decode attention kernel with rows whose
-    # older positions this step writes (the kernel loads those after its wait).
+    # Chunks of 2..4 rows run the decode attention kernel over rows whose
+    # older positions the same step writes.
     for cuts in ([5], [1, 2, 30], [2, 5, 9, 13, 30], list(range(1, 37))):
         s = gpu.session(max_context=64)
         start = 0
