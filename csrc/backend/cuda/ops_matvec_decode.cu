@@ -54,9 +54,18 @@ const std::vector<ConfigOverride>& config_overrides() {
       if (std::sscanf(entry.c_str(), "%zu:%zu=%d,%d,%d%n", &o.rows, &o.n_out, &o.config.warp_rows, &o.config.unroll,
                       &o.config.lane_rows, &consumed) != 5 ||
           static_cast<size_t>(consumed) != entry.size() || !decode_config_exists(o.config)) {
+        std::string existing;
+        for (int l : {1, 8}) {
+          for (int wr : {1, 2, 4}) {
+            for (int un : {1, 2}) {
+              if (decode_config_exists({wr, un, true, l})) {
+                existing += " " + std::to_string(wr) + "," + std::to_string(un) + "," + std::to_string(l);
+              }
+            }
+          }
+        }
         throw InvalidArgument("MUSER_CUDA_DECODE_CONFIG: entry '" + entry +
-                              "' is not R:N=W,U,L naming an existing decode config (W,U,L one of 1,1,1 2,1,1 "
-                              "2,2,1 4,1,1 4,2,1 1,1,8 1,2,8)");
+                              "' is not R:N=W,U,L naming an existing decode config (W,U,L one of" + existing + ")");
       }
       out.push_back(o);
       at = end + 1;
