@@ -8,8 +8,10 @@
 # Phases (DEADLINE, default 420 s, for all): both CUDA builds at once (A's through cuda_common.sh with the
 # BENCH_MODELS models, B's into $TREE_B/build/cuda), this tree's GPU tests against B's build (TESTS, default
 # tests/cuda less the llama3-8b cells; B's own tests are not copied: a branch that changes tests runs them on
-# main after merging), then the decode cells of bench_cuda.py (PREFILL=1: the pp512 cells instead) for A, B,
-# A, B, ... (ROUNDS pairs, default 2), so drift during the call shows. Results: $OUT/results.txt, b-build.log.
+# main after merging), then the decode cells of bench_cuda.py (PREFILL=1: the pp512 cells instead; PREFILL=both:
+# both, one after the other) for each of SIDES in turn (default "A B"; a side may carry environment settings,
+# "B:MUSER_CUDA_ATTENTION_PREFETCH=0,MUSER_CUDA_PDL=0"), ROUNDS times (default 2), so drift during the call
+# shows. Results: $OUT/results.txt, b-build.log.
 DEADLINE=${DEADLINE:-420}
 tree_b=$(cd "${TREE_B:?TREE_B names the other source tree}" && pwd)
 out_early=${OUT:-/tmp/out}; mkdir -p "$out_early"
@@ -29,13 +31,21 @@ PYTHONPATH="$tree_b/src:$root:$lib" timeout "$(cap 240)" bash -c \
   grep -v '^\.*\s*\[' | tail -20 | tee -a "$out/results.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "TESTS ON B FAILED (or timed out)"; }
 bench_models_ready
-cells=--decode-only; [ "${PREFILL:-0}" = 1 ] && cells=--prefill-only
-for round in $(seq "${ROUNDS:-2}"); do
-  for side in A B; do
-    src="$root/src"; [ "$side" = B ] && src="$tree_b/src"
-    log "round $round, $side"
-    PYTHONPATH="$src:$root:$lib" timeout "$(cap 90)" python3 -u benchmarks/bench_cuda.py $bench_files $cells 2>&1 |
-      grep -E "seq|pp512" | sed "s/^/$side /" | tee -a "$out/results.txt"
+case "${PREFILL:-0}" in
+  1) cell_sets="--prefill-only" ;;
+  both) cell_sets="--decode-only --prefill-only" ;;
+  *) cell_sets="--decode-only" ;;
+esac
+for cells in $cell_sets; do
+  for round in $(seq "${ROUNDS:-2}"); do
+    for side in ${SIDES:-A B}; do
+      tree=${side%%:*}; settings=""; [ "$side" != "$tree" ] && settings=${side#*:}
+      src="$root/src"; [ "$tree" = B ] && src="$tree_b/src"
+      log "round $round, $side $cells"
+      env ${settings//,/ } PYTHONPATH="$src:$root:$lib" timeout "$(cap 90)" \
+        python3 -u benchmarks/bench_cuda.py $bench_files $cells 2>&1 |
+        grep -E "seq|pp512" | sed "s/^/$side /" | tee -a "$out/results.txt"
+    done
   done
 done
 log "done, status $status"
