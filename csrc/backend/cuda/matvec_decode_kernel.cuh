@@ -7,14 +7,15 @@
 // weight matrix, the step a decode group spends most of its time in.
 //
 // Every output is computed as the prefill kernel (ops_matvec.cu) computes it:
-// lane l of one warp sums T::dot of units l, l + 32, ... of the weight row in
-// increasing order, then warp_sum folds the 32 lanes in its fixed butterfly.
+// lane l of one warp adds the terms (add_unit_term) of units l, l + 32, ...
+// of the weight row in increasing order, then warp_sum folds the 32 lanes in
+// its fixed butterfly.
 // What differs is only which warp computes which outputs and how loads are
 // shared, so a row's bits do not depend on the config, the group or the tile:
 //   - a warp computes `warp_rows` consecutive weight rows for all rows of the
 //     group, so each lane reads a unit's activations once for all those
 //     weight rows (the compiler merges the identical loads of the inlined
-//     T::dot calls, which store nothing in between) instead of once per
+//     term calls, which store nothing in between) instead of once per
 //     weight row: with one weight row per warp, 4 activation rows cost ~7x
 //     the weight bytes in L1 traffic and the 4-row kernel ran at half the
 //     1-row kernel's speed;
@@ -143,7 +144,7 @@ struct DecodeTargets {
   unsigned first_block[kMaxDecodeTargets + 1];
 };
 
-// Lane `lane`'s sums (acc, zeroed here) of T::dot of units lane, lane +
+// Lane `lane`'s sums (acc, zeroed here) of the terms of units lane, lane +
 // 32, ... of each of kWarpRows weight rows for every row of x, units in
 // increasing order per output, as the prefill kernel sums them. The decode
 // kernels differ only in which thread computes which lane of which rows.
@@ -181,7 +182,7 @@ __device__ __forceinline__ void lane_sums(const uint8_t* const (&wrow)[kWarpRows
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-          for (int j = 0; j < kWarpRows; ++j) acc[j][r] += T::dot(unit[s][j], act[r], u);
+          for (int j = 0; j < kWarpRows; ++j) acc[j][r] = add_unit_term<T>(acc[j][r], unit[s][j], act[r], u);
         }
       }
     }

@@ -4,14 +4,14 @@
 // Why this order: a row's logits must not depend on whether the row went
 // through this GEMM (a prefill chunk) or through matvec_kernel (a decode
 // group of 1..4 rows, a 1-row tail chunk). The matvec computes an output as
-//   lane l (0..31): acc_l = 0; for u = l, l+32, ... : acc_l += T::dot(unit u)
+//   lane l (0..31): acc_l = 0; for u = l, l+32, ... : acc_l = add_unit_term(acc_l, unit u)
 //   then warp_sum: xor butterfly 16, 8, 4, 2, 1 over the 32 lane partials.
 // With float + commutative, the butterfly is a balanced binary tree whose
 // leaves, left to right, are the lanes in bit-reversed order (leaf i is lane
 // bitrev5(i)): its first level pairs lanes that differ in bit 4. So here each
 // output walks "classes" i = 0..31, lane l = bitrev5(i): the class's units
 // l, l+32, ... in increasing order accumulate into one float exactly as lane
-// l does (T::scale_sum is the float part of T::dot, shared by both kernels,
+// l does (T::add_scaled is the float part of T::add_dot, shared by both kernels,
 // and the build has --fmad=false), and the class partial is pushed onto a
 // 5-level pairwise stack (a binary counter) that adds siblings as the tree
 // does. Lanes without units give 0.0f leaves here too.

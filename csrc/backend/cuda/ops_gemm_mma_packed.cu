@@ -5,7 +5,7 @@
 // us (v1 194), llama3-8b's 32 layers of matrices 45.4 ms (v1 82.5), pp512
 // 8,123 tok/s (v1 5,141), bitwise the matvec in every test. ops_gemm_mma.cu says
 // why the walk is bitwise the matvec's; the walk, the float expression
-// (T::scale_sum after the magic-number convert) and the tree pushes here are
+// (T::add_scaled after the magic-number convert) and the tree pushes here are
 // v1's (ops_gemm_mma_v1.cu), only the data movement and the weights' decode
 // differ.
 //
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int c = 0; c < 4; ++c) {
           const float sumf = __int_as_float(d[c]) - kMagic;
           const int o = (mi * 2 + ni) * 4 + c;
-          acc[o] = acc[o] + T::scale_sum(sumf, (c & 1) ? wd1 : wd0, 0.0f, ad[mi][c >> 1], 0.0f);
+          acc[o] = T::add_scaled(acc[o], sumf, (c & 1) ? wd1 : wd0, 0.0f, ad[mi][c >> 1], 0.0f);
         }
       }
     }

@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int c = 0; c < 4; ++c) {
           const float sumf = __int_as_float(d[c]) - kMagic;
           const int o = (mi * 2 + ni) * 4 + c;
-          acc[o] = acc[o] + T::scale_sum(sumf, wd[ni][c & 1], wm[ni][c & 1], ad[mi][c >> 1], as[mi][c >> 1]);
+          acc[o] = T::add_scaled(acc[o], sumf, wd[ni][c & 1], wm[ni][c & 1], ad[mi][c >> 1], as[mi][c >> 1]);
         }
       }
     }

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     T::load(wrow, u, unit);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (row0 + r < n_rows) acc[r] += T::dot(unit, act[r], u);
+      if (row0 + r < n_rows) acc[r] = add_unit_term<T>(acc[r], unit, act[r], u);
     }
   }
 #pragma unroll

@@ -5,7 +5,7 @@
 // warp: 160 registers, 12% occupancy on llama3-8b's down projection) or
 // keeps its warps and loads each activation word once per weight row.
 //
-// matvec_decode_kernel gives weight row n one warp: lane l sums T::dot of
+// matvec_decode_kernel gives weight row n one warp: lane l sums the terms of
 // units l, l + 32, ... in increasing order, then warp_sum folds the 32
 // lanes. Call the sum of lane l "virtual lane" l of the row. Each lane
 // loads the activations of its own units, so a warp-wide activation load

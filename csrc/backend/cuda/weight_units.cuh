@@ -8,13 +8,16 @@
 //   T::load(row, u, unit) decodes unit u of a weight row
 //                         (32-element types: load_block(block, unit), the same
 //                         from the block's address)
-//   T::dot(unit, act, r, u) the unit's contribution to row r's dot product:
+//   T::dot(unit, act, u)  the unit's contribution to a row's dot product:
 //                         integer sums (exact, any order) times float scales
+//                         (32-element types: T::add_dot(acc, unit, act, u),
+//                         the contribution added to acc)
 //   T::dequant(row, u, j) element j of unit u as the reference dequantizes it
 // The 32-element types also have T::kHasMin (a weight min times the Q8_1 s)
-// and T::scale_sum(sumf, wd, wm, ad, as), the float part of T::dot on the
-// exact block sum: the tensor-core GEMM (ops_gemm_mma.cu) calls it too, so
-// both kernels round every term alike.
+// and T::add_scaled(acc, sumf, wd, wm, ad, as), the float part of
+// T::add_dot on the exact block sum: the tensor-core GEMM (ops_gemm_mma.cu)
+// calls it too, so both kernels round every term alike. add_unit_term (at
+// the end) adds a unit's term for any type.
 //
 // Layouts follow tensor/quant_blocks.h; comments there give the bit layout.
 #pragma once
@@ -72,14 +75,16 @@ struct TypeQ4_0 {
       w.q[4 + i] = static_cast<int>(__vsub4((v >> 4) & 0x0f0f0f0fu, 0x08080808u));
     }
   }
-  __device__ static float dot(const Unit& w, const ActRow& a, int u) {
+  __device__ static float add_dot(float acc, const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+    return add_scaled(acc, static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
   }
-  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
-    return sumf * (wd * ad);
+  // The term is one product, so the add fuses into it: one rounding and
+  // one instruction fewer per term than acc + sumf * (wd * ad).
+  __device__ __forceinline__ static float add_scaled(float acc, float sumf, float wd, float, float ad, float) {
+    return __fmaf_rn(sumf, wd * ad, acc);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -105,14 +110,14 @@ struct TypeQ4_1 {
       w.q[4 + i] = static_cast<int>((v >> 4) & 0x0f0f0f0fu);
     }
   }
-  __device__ static float dot(const Unit& w, const ActRow& a, int u) {
+  __device__ static float add_dot(float acc, const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return scale_sum(static_cast<float>(sumi), w.d, w.m, a.d[u], a.s[u]);
+    return add_scaled(acc, static_cast<float>(sumi), w.d, w.m, a.d[u], a.s[u]);
   }
-  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float wm, float ad, float as) {
-    return sumf * (wd * ad) + wm * as;
+  __device__ __forceinline__ static float add_scaled(float acc, float sumf, float wd, float wm, float ad, float as) {
+    return acc + (sumf * (wd * ad) + wm * as);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -140,14 +145,16 @@ struct TypeQ5_0 {
       w.q[4 + i] = static_cast<int>(__vsub4(hi, 0x10101010u));
     }
   }
-  __device__ static float dot(const Unit& w, const ActRow& a, int u) {
+  __device__ static float add_dot(float acc, const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+    return add_scaled(acc, static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
   }
-  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
-    return sumf * (wd * ad);
+  // The term is one product, so the add fuses into it: one rounding and
+  // one instruction fewer per term than acc + sumf * (wd * ad).
+  __device__ __forceinline__ static float add_scaled(float acc, float sumf, float wd, float, float ad, float) {
+    return __fmaf_rn(sumf, wd * ad, acc);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -175,14 +182,14 @@ struct TypeQ5_1 {
       w.q[4 + i] = static_cast<int>(((v >> 4) & 0x0f0f0f0fu) | spread_bit4(qh >> (16 + 4 * i)));
     }
   }
-  __device__ static float dot(const Unit& w, const ActRow& a, int u) {
+  __device__ static float add_dot(float acc, const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return scale_sum(static_cast<float>(sumi), w.d, w.m, a.d[u], a.s[u]);
+    return add_scaled(acc, static_cast<float>(sumi), w.d, w.m, a.d[u], a.s[u]);
   }
-  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float wm, float ad, float as) {
-    return sumf * (wd * ad) + wm * as;
+  __device__ __forceinline__ static float add_scaled(float acc, float sumf, float wd, float wm, float ad, float as) {
+    return acc + (sumf * (wd * ad) + wm * as);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -204,14 +211,16 @@ struct TypeQ8_0 {
 #pragma unroll
     for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>(load_u32_a2(b + 2 + 4 * i));
   }
-  __device__ static float dot(const Unit& w, const ActRow& a, int u) {
+  __device__ static float add_dot(float acc, const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
-    return scale_sum(static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
+    return add_scaled(acc, static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
   }
-  __device__ __forceinline__ static float scale_sum(float sumf, float wd, float, float ad, float) {
-    return sumf * (wd * ad);
+  // The term is one product, so the add fuses into it: one rounding and
+  // one instruction fewer per term than acc + sumf * (wd * ad).
+  __device__ __forceinline__ static float add_scaled(float acc, float sumf, float wd, float, float ad, float) {
+    return __fmaf_rn(sumf, wd * ad, acc);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
@@ -473,6 +482,18 @@ struct TypeFloat {
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) { return element(row, 32 * static_cast<size_t>(u) + j); }
 };
+
+// acc plus unit u's term of one output, as every kernel adds it: the
+// 32-element types add their own way (add_dot, add_scaled), the others add
+// T::dot's float.
+template <typename T>
+__device__ __forceinline__ float add_unit_term(float acc, const typename T::Unit& w, const ActRow& a, int u) {
+  if constexpr (T::kBlockElems == 32) {
+    return T::add_dot(acc, w, a, u);
+  } else {
+    return acc + T::dot(w, a, u);
+  }
+}
 
 // Calls f.template operator()<T>() for the type of `type`; false when the
 // type has no CUDA decoding.
