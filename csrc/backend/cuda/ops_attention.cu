@@ -39,6 +39,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace muser::cuda {
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_partial_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, int n_head, int group,
                              int head_dim_k, int head_dim_v, int window, float scale, const float* __restrict__ q,
                              size_t row0, float* __restrict__ part_ms, float* __restrict__ part_acc,
-                             unsigned* __restrict__ done, float* __restrict__ out, QuantizedOut qo) {
+                             unsigned* __restrict__ done, float* __restrict__ out, QuantizedOut qo, bool prefetch) {
   constexpr int G = group_positions(NP);
   constexpr int kChunk = chunk_positions(NP);
   const int z = blockIdx.x, h = blockIdx.y;
@@ -176,8 +177,14 @@ __global__ void __launch_bounds__(kThreads)
   const int first = first_visible(pos, window);
   const int n_chunks = (pos + 1 - first + kChunk - 1) / kChunk;
   if (z >= n_chunks) return;  // the whole block, before any barrier
-  dependent_launch_begin();
 
+  // Nor the session tables. So the planes, and the K/V rows of this warp's
+  // first group where earlier steps wrote all of them, load before the wait
+  // too: this step writes only the positions of its own rows, which for row
+  // `local` of a session are pos - local .. pos at the lowest (a prefill
+  // chunk's rows are consecutive positions in row order; any other row is
+  // another session's). Older positions were written by kernels that are
+  // complete once the kernel before this one has passed its own wait.
   const int kvh = h / group;
   const int pairs_k = head_dim_k / 2, pairs_v = head_dim_v / 2;
   const size_t k_stride = static_cast<size_t>(n_head / group) * pairs_k;  // half2 per plane row
@@ -186,6 +193,30 @@ __global__ void __launch_bounds__(kThreads)
   const __half2* kplane = reinterpret_cast<const __half2*>(kv.tables[r][layer]) + static_cast<size_t>(kvh) * pairs_k;
   const __half2* vplane =
       reinterpret_cast<const __half2*>(kv.tables[r][n_layer + layer]) + static_cast<size_t>(kvh) * pairs_v;
+  __half2 kr[G][NP], vr[G][NP];
+  // The K/V rows of the group of G positions from g0 (count of them) into kr, vr.
+  auto load_group = [&](int g0, int count) {
+    const __half2 zero = __float2half2_rn(0.0f);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int p = g0 + g;
+      const size_t slot = ring ? static_cast<size_t>(p % ring_rows) : static_cast<size_t>(p);
+      const __half2* krow = kplane + slot * k_stride;
+      const __half2* vrow = vplane + slot * v_stride;
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        const int d2 = lane + 32 * j;
+        kr[g][j] = g < count && d2 < pairs_k ? krow[d2] : zero;
+        vr[g][j] = g < count && d2 < pairs_v ? vrow[d2] : zero;
+      }
+    }
+  };
+  const int first_g0 = first + z * kChunk + warp * G;
+  const int first_count = min(G, pos + 1 - first_g0);
+  const bool prefetched =
+      prefetch && first_count > 0 && first_g0 + first_count <= pos - static_cast<int>(local);
+  if (prefetched) load_group(first_g0, first_count);
+  dependent_launch_begin();
 
   const float2* qr = reinterpret_cast<const float2*>(q + (r * n_head + h) * head_dim_k);
   float2 qv[NP];
@@ -205,21 +236,7 @@ __global__ void __launch_bounds__(kThreads)
     const int g0 = first + c * kChunk + warp * G;  // this warp's first position of the chunk
     const int count = min(G, pos + 1 - g0);         // warp-uniform
     if (count <= 0) continue;                       // the chunk ends before this warp's share
-    __half2 kr[G][NP], vr[G][NP];
-    const __half2 zero = __float2half2_rn(0.0f);
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int p = g0 + g;
-      const size_t slot = ring ? static_cast<size_t>(p % ring_rows) : static_cast<size_t>(p);
-      const __half2* krow = kplane + slot * k_stride;
-      const __half2* vrow = vplane + slot * v_stride;
-#pragma unroll
-      for (int j = 0; j < NP; ++j) {
-        const int d2 = lane + 32 * j;
-        kr[g][j] = g < count && d2 < pairs_k ? krow[d2] : zero;
-        vr[g][j] = g < count && d2 < pairs_v ? vrow[d2] : zero;
-      }
-    }
+    if (c != z || !prefetched) load_group(g0, count);
     // Scores: the lane's pairs in order, then the fixed butterfly.
     float s[G];
 #pragma unroll
@@ -684,6 +701,14 @@ unsigned splits_used(const KvRows& kv, size_t row0, size_t rows, int chunk) {
 // rows against 479 / 877 / 1,285, device call s9-13.)
 constexpr size_t kSharedKvMinRows = 5;
 
+// Whether the decode kernel loads its first K/V rows before the dependent
+// launch wait (MUSER_CUDA_ATTENTION_PREFETCH=0: after it, for A/B runs; the
+// bits are the same either way). Once per process, like MUSER_CUDA_PDL.
+bool prefetch_enabled() {
+  static const bool enabled = !env_is("MUSER_CUDA_ATTENTION_PREFETCH", "0");
+  return enabled;
+}
+
 void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                    void* scratch, const QuantizedOut& qo, AttentionKernel choice, int prefill_warps, void* stream) {
   if (n_rows == 0) return;
@@ -761,7 +786,7 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
     const unsigned rows = static_cast<unsigned>(std::min(kTileRows, n_rows - row0));
     const dim3 grid(splits_used(kv, row0, rows, chunk_positions(np)), static_cast<unsigned>(n_head), rows);
     launch_dependent(kernel, grid, kThreads, 0, s, kv, shape.n_layer, shape.layer, shape.ring, n_head, group, hd_k,
-                     hd_v, window, shape.scale, q, row0, part_ms, part_acc, done, out, qo);
+                     hd_v, window, shape.scale, q, row0, part_ms, part_acc, done, out, qo, prefetch_enabled());
     check_launch("attention");
   }
 }
