@@ -28,6 +28,9 @@
 
 namespace muser {
 
+// n floats of host memory and how to free them (new_output_buffer).
+using HostFloats = std::unique_ptr<float[], void (*)(float*)>;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -44,12 +47,21 @@ class Backend {
   virtual std::unique_ptr<KvStorage> new_kv_storage(const KvLayout& layout) const = 0;
 
   // Runs every op of `graph` with the replay values in `inputs`, then copies
-  // the graph's logits rows to inputs.outputs. The caller has validated the
-  // inputs, called begin_write on every written slot and will call end_write
-  // after a successful return. Throws InternalError for a KV state whose
+  // the graph's logits rows to inputs.outputs (from new_output_buffer). The
+  // caller has validated the inputs, called begin_write on every written
+  // slot and will call end_write after a successful return. Throws InternalError for a KV state whose
   // storage is not this backend's. If it throws, written slots may hold
   // partial rows of the positions being written (begin_write marked them lost).
   virtual void execute(const StepGraph& graph, const StepInputs& inputs) = 0;
+  // Host memory for n floats that execute's copies write (a session keeps
+  // its logits in two). Plain heap memory here; a GPU backend returns
+  // page-locked memory, which its device copies write directly, instead of
+  // a copy from its own staging buffer per row and step (a 128k-entry
+  // vocabulary's row is 0.5 MiB: 4 rows took ~100-200 us of host memcpy
+  // per step). May be called from any thread.
+  virtual HostFloats new_output_buffer(size_t n) const {
+    return HostFloats(new float[n](), [](float* p) { delete[] p; });
+  }
 };
 
 }  // namespace muser

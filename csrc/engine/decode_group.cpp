@@ -50,7 +50,7 @@ void Session::decode_group(const std::vector<Session*>& sessions, const std::vec
     segments[i].tokens = &tokens[i];
     segments[i].n_tokens = 1;
     segments[i].start = s->history_.size();
-    segments[i].logits = s->staged_logits_.data();
+    segments[i].logits = s->staged_logits_.get();
   }
   try {
     Permit permit = engine.scheduler().acquire_decode_group(ids);

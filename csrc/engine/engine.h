@@ -46,6 +46,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<Session> new_session(size_t max_context);
 
   std::unique_ptr<KvState> new_kv_state(size_t max_context) const { return runner_->new_kv_state(max_context); }
+  // Host memory for n floats that forwards write (Backend::new_output_buffer).
+  HostFloats new_output_buffer(size_t n) const { return runner_->backend().new_output_buffer(n); }
 
   // The one owner of this engine's accelerator: every forward runs under
   // one of its permits (a decode, a decode group or one prefill chunk).

@@ -1,5 +1,6 @@
 #include "engine/session.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -13,15 +14,18 @@ size_t SessionSnapshot::bytes() const {
 }
 
 Session::Session(std::shared_ptr<Engine> engine, size_t max_context)
-    : engine_(std::move(engine)), id_(engine_->next_session_id()), max_context_(max_context), n_vocab_(engine_->hparams().n_vocab) {
+    : engine_(std::move(engine)),
+      id_(engine_->next_session_id()),
+      max_context_(max_context),
+      n_vocab_(engine_->hparams().n_vocab),
+      logits_(engine_->new_output_buffer(n_vocab_)),
+      staged_logits_(engine_->new_output_buffer(n_vocab_)) {
   const size_t limit = engine_->hparams().n_ctx_train;
   if (max_context == 0 || max_context > limit) {
     throw InvalidArgument("[session] max_context: expected 1.." + std::to_string(limit) +
                           " (the model's training context), got " + std::to_string(max_context));
   }
   kv_ = engine_->new_kv_state(max_context);
-  logits_.resize(n_vocab_);
-  staged_logits_.resize(n_vocab_);
 }
 
 void Session::check_tokens(const int32_t* tokens, size_t n, const char* what) const {
@@ -80,7 +84,7 @@ void Session::ensure_resumable() {
   // Built aside and swapped in only when complete; the rebuilt logits equal
   // the retained ones (same rows, same order), so those stay.
   std::unique_ptr<KvState> fresh = engine_->new_kv_state(max_context_);
-  run_chunks(*fresh, history_.data(), n_past, 0, staged_logits_.data());
+  run_chunks(*fresh, history_.data(), n_past, 0, staged_logits_.get());
   kv_ = std::move(fresh);
 }
 
@@ -102,10 +106,10 @@ void Session::append(const int32_t* tokens, size_t n, bool is_decode, const Canc
       seg.tokens = tokens;
       seg.n_tokens = 1;
       seg.start = n_past;
-      seg.logits = staged_logits_.data();
+      seg.logits = staged_logits_.get();
       engine_->forward(permit, {seg});
     } else {
-      run_chunks(*kv_, tokens, n, n_past, staged_logits_.data(), cancel);
+      run_chunks(*kv_, tokens, n, n_past, staged_logits_.get(), cancel);
     }
   } catch (...) {
     kv_->forget_from(n_past);
@@ -153,7 +157,7 @@ void Session::truncate(size_t n) {
     seg.tokens = history_.data() + (n - 1);
     seg.n_tokens = 1;
     seg.start = n - 1;
-    seg.logits = staged_logits_.data();
+    seg.logits = staged_logits_.get();
     seg.replay = true;
     Permit permit = engine_->scheduler().acquire_prefill(id_);
     engine_->forward(permit, {seg});
@@ -161,7 +165,7 @@ void Session::truncate(size_t n) {
   } else {
     // A sliding-window ring has moved past what position n - 1 needs.
     std::unique_ptr<KvState> fresh = engine_->new_kv_state(max_context_);
-    run_chunks(*fresh, history_.data(), n, 0, staged_logits_.data());
+    run_chunks(*fresh, history_.data(), n, 0, staged_logits_.get());
     kv_ = std::move(fresh);
   }
   history_.resize(n);
@@ -176,7 +180,7 @@ std::shared_ptr<const SessionSnapshot> Session::snapshot() const {
   snap->max_context = max_context_;
   snap->kv = kv_->clone();
   snap->tokens = history_;
-  if (has_logits_) snap->logits = logits_;
+  if (has_logits_) snap->logits.assign(logits_.get(), logits_.get() + n_vocab_);
   return snap;
 }
 
@@ -186,15 +190,17 @@ void Session::restore(const SessionSnapshot& snapshot) {
     throw InvalidArgument("[session] restore: the snapshot belongs to another engine or max_context (" +
                           std::to_string(snapshot.max_context) + " vs " + std::to_string(max_context_) + ")");
   }
-  // Copies first; the session changes only by swaps that cannot throw.
+  // Copies first; the session changes only by swaps and a copy that cannot throw.
   std::unique_ptr<KvState> kv = snapshot.kv->clone();
   std::vector<int32_t> history = snapshot.tokens;
-  std::vector<float> logits = snapshot.logits;
-  const bool has_logits = !logits.empty();
-  if (!has_logits) logits.resize(n_vocab_);
+  const bool has_logits = !snapshot.logits.empty();
+  if (has_logits && snapshot.logits.size() != n_vocab_) {
+    throw InternalError("[session] restore: the snapshot holds " + std::to_string(snapshot.logits.size()) +
+                        " logits, the model " + std::to_string(n_vocab_));
+  }
   kv_.swap(kv);
   history_.swap(history);
-  logits_.swap(logits);
+  if (has_logits) std::copy(snapshot.logits.begin(), snapshot.logits.end(), logits_.get());
   has_logits_ = has_logits;
 }
 
@@ -216,7 +222,7 @@ bool Session::has_logits() const {
 bool Session::copy_logits(float* out) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!has_logits_) return false;
-  std::copy(logits_.begin(), logits_.end(), out);
+  std::copy(logits_.get(), logits_.get() + n_vocab_, out);
   return true;
 }
 

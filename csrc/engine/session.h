@@ -108,8 +108,8 @@ class Session {
   mutable std::mutex mutex_;
   std::unique_ptr<KvState> kv_;
   std::vector<int32_t> history_;  // n_past == history_.size()
-  std::vector<float> logits_;     // n_vocab floats when has_logits_
-  std::vector<float> staged_logits_;  // a forward's output until it commits
+  HostFloats logits_;         // n_vocab floats, valid when has_logits_
+  HostFloats staged_logits_;  // n_vocab floats: a forward's output until it commits
   bool has_logits_ = false;
 };
 

@@ -271,7 +271,7 @@ CudaBackend::Compiled& CudaBackend::compile(const StepGraph& graph) {
   return compiled_.emplace(graph.id, std::move(c)).first->second;
 }
 
-void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
+void CudaBackend::ensure_capacity(const Compiled& c) {
   // Captured graphs hold the addresses of these buffers: growing any of them
   // drops every capture (they are re-captured on their next step).
   if (arena_.bytes() < c.arena_floats * sizeof(float)) {
@@ -303,10 +303,6 @@ void CudaBackend::ensure_capacity(const Compiled& c, size_t logits_floats) {
     drop_captures();
     glu_scratch_ = DeviceBuffer(0, "");
     glu_scratch_ = DeviceBuffer(c.glu_bytes, "quantized GLU output of a step");
-  }
-  if (logits_host_.bytes() < logits_floats * sizeof(float)) {
-    drop_captures();
-    logits_host_ = PinnedBuffer(logits_floats * sizeof(float), "logits of a step");
   }
 }
 
@@ -646,10 +642,11 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
     if (made_here.source != kNoTensor) memo_[static_cast<uint32_t>(made_here.view.format)] = made_here;
     i += ran - 1;
   }
-  const TensorDesc& logits = graph.tensor(graph.logits);
-  check_cuda(cudaMemcpyAsync(logits_host_.get(), act(c, graph.logits), logits.rows * logits.cols * sizeof(float),
-                             cudaMemcpyDeviceToHost, stream),
-             "copy logits");
+}
+
+HostFloats CudaBackend::new_output_buffer(size_t n) const {
+  PinnedBuffer buffer(n * sizeof(float), "a session's logits");
+  return HostFloats(static_cast<float*>(buffer.release()), [](float* p) { cudaFreeHost(p); });
 }
 
 void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
@@ -659,7 +656,7 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
   }
   Compiled& c = compile(graph);
   const TensorDesc& logits = graph.tensor(graph.logits);
-  ensure_capacity(c, logits.rows * logits.cols);
+  ensure_capacity(c);
 
   // Per-step values into the pinned staging buffer.
   const Staging host = Staging::at(staging_host_.get());
@@ -704,6 +701,17 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
     } else {
       enqueue(graph, c, ring_layer, n_layer, host.positions);
     }
+    // Each logits row straight into its destination, outside the captured
+    // graph (the destinations change from step to step). A session's
+    // buffers come from new_output_buffer, page-locked, so the copies queue
+    // behind the step; into pageable memory a copy would still be correct,
+    // only synchronous.
+    const float* device_rows = act(c, graph.logits);
+    for (size_t i = 0; i < inputs.outputs.size(); ++i) {
+      check_cuda(cudaMemcpyAsync(inputs.outputs[i], device_rows + i * logits.cols, logits.cols * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream),
+                 "copy logits");
+    }
   } catch (...) {
     // Leave nothing queued behind a failed step: work already enqueued
     // finishes before the error reaches the caller (and before anything it
@@ -714,10 +722,6 @@ void CudaBackend::execute(const StepGraph& graph, const StepInputs& inputs) {
   }
   check_cuda(cudaStreamSynchronize(stream), "step");
 
-  const float* rows = logits_host_.as<float>();
-  for (size_t i = 0; i < inputs.outputs.size(); ++i) {
-    std::memcpy(inputs.outputs[i], rows + i * logits.cols, logits.cols * sizeof(float));
-  }
   // Embeddings: the final hidden states of the rows that asked, read after
   // the step (the stream is idle; embedding steps are prefills, never graph
   // replays on the decode path, so a plain synchronous copy is enough).

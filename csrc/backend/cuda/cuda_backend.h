@@ -50,6 +50,8 @@ class CudaBackend final : public Backend {
   void load_weights(const WeightTable& weights) override;
   std::unique_ptr<KvStorage> new_kv_storage(const KvLayout& layout) const override;
   void execute(const StepGraph& graph, const StepInputs& inputs) override;
+  // Page-locked: execute copies a row's logits straight into it.
+  HostFloats new_output_buffer(size_t n) const override;
 
  private:
   struct DeviceWeight {
@@ -72,7 +74,7 @@ class CudaBackend final : public Backend {
   };
 
   Compiled& compile(const StepGraph& graph);
-  void ensure_capacity(const Compiled& c, size_t logits_floats);
+  void ensure_capacity(const Compiled& c);
   void drop_captures() noexcept;
   const double* rope_table(const OpParams& p, TensorId divisors, const StepGraph& graph);
   // host_positions: the step's positions where the step is not captured
@@ -119,7 +121,6 @@ class CudaBackend final : public Backend {
   // Captured decode steps refit their attention grids to each replay's
   // positions (step_capture.h) unless MUSER_CUDA_ATTENTION_GRID=full.
   bool fit_attention_grids_ = true;
-  PinnedBuffer logits_host_;
   // Per-step values: pinned staging and its device copy (fixed size, for
   // kMaxStepRows rows, so captured graphs never see them move).
   PinnedBuffer staging_host_;

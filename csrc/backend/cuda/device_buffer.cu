@@ -63,10 +63,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 PinnedBuffer::PinnedBuffer(size_t bytes, const std::string& what) : bytes_(bytes) {
   if (bytes == 0) return;
-  const cudaError_t err = cudaMallocHost(&ptr_, bytes);
+  // Portable: page-locked for every context, whichever thread allocates
+  // (sessions are made on any thread).
+  const cudaError_t err = cudaHostAlloc(&ptr_, bytes, cudaHostAllocPortable);
   if (err != cudaSuccess) {
     ptr_ = nullptr;
-    allocation_failed(err, bytes, what, "cudaMallocHost");
+    allocation_failed(err, bytes, what, "cudaHostAlloc");
   }
 }
 

@@ -55,6 +55,13 @@ class PinnedBuffer {
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }
   size_t bytes() const { return bytes_; }
+  // Gives up ownership: the caller cudaFreeHost()s the returned pointer.
+  void* release() noexcept {
+    void* p = ptr_;
+    ptr_ = nullptr;
+    bytes_ = 0;
+    return p;
+  }
 
  private:
   void* ptr_ = nullptr;

@@ -27,6 +27,7 @@ class FaultInjectingBackend final : public Backend {
   std::unique_ptr<KvStorage> new_kv_storage(const KvLayout& layout) const override {
     return inner_->new_kv_storage(layout);
   }
+  HostFloats new_output_buffer(size_t n) const override { return inner_->new_output_buffer(n); }
   void execute(const StepGraph& graph, const StepInputs& inputs) override;
 
  private:
