@@ -78,6 +78,26 @@ def test_prefill_kernel_bits_do_not_depend_on_its_warps_per_block(name, warps):
     assert np.array_equal(got, ref)
 
 
+@pytest.mark.parametrize("n_head,n_head_kv,hd_k,hd_v,warps", [
+    (16, 16, 256, 256, 16),  # 16 rows a block over 47 positions: the largest staging, 94 KiB
+    (8, 2, 100, 100, 8),     # rows of 50 pairs (not a multiple of 4): staged a pair at a time
+    (4, 2, 128, 64, 0),      # K and V heads of other sizes
+    (6, 3, 160, 160, 12),    # heads short of 64 * pairs per lane
+])
+def test_prefill_kernel_bits_at_the_largest_staging_and_uneven_heads(n_head, n_head_kv, hd_k, hd_v, warps):
+    """The staging (K/V converted to floats once, as shared memory of up to
+    94 KiB per block) and the instantiations for heads not of 64 * NP
+    dimensions: every row keeps the decode kernel's bits."""
+    rng = np.random.default_rng(hd_k + hd_v + warps)
+    k = rng.standard_normal((1300, n_head_kv * hd_k)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((1300, n_head_kv * hd_v)).astype(np.float16).view(np.uint16)
+    q = (rng.standard_normal((130, n_head * hd_k)) / np.sqrt(hd_k) * 3).astype(np.float32)
+    positions = np.arange(1100, 1230)
+    ref = _attend(k, v, q, positions, n_head, n_head_kv, 0, 0, hd_k, "decode")
+    got = _attend(k, v, q, positions, n_head, n_head_kv, 0, 0, hd_k, "prefill", prefill_warps=warps)
+    assert np.array_equal(got, ref)
+
+
 @pytest.mark.parametrize("name", ["llama3-8b", "gemma3-sliding"])
 @pytest.mark.parametrize("copies", [2, 3])
 def test_prefill_kernel_rows_of_several_sessions_keep_their_bits(name, copies):

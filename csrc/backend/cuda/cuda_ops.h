@@ -235,8 +235,9 @@ void clear_attention_scratch(void* scratch, size_t bytes, void* stream);
 // Which kernel runs it: the decode kernel (attention_partial_kernel: one
 // block per (row, query head, split)), the prefill kernel (a block stages
 // each K/V position once for several rows and the query heads of a KV head;
-// at most 16 query heads per KV head), or Auto: prefill from 5 rows on when
-// it takes the layout. Every row's result is bitwise the same from both;
+// at most 16 query heads per KV head, and a staging within the GPU's shared
+// memory per block), or Auto: prefill from 5 rows on when it takes the
+// layout. Every row's result is bitwise the same from both;
 // the choice is for speed (and tests). prefill_warps: warps per block of the
 // prefill kernel (1..16, 0: its default of 8), for benchmarks and tests;
 // the bits do not depend on it either.

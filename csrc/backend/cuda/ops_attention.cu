@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
@@ -335,6 +336,8 @@ __global__ void __launch_bounds__(kThreads)
 // (row, query head) of the KV head from it.
 //
 // What stays exactly the decode kernel's, for every (row, head):
+// - the K and V values: staged as floats, converted once from the planes'
+//   f16 (exactly, as the decode kernel converts them in registers);
 // - the split/chunk partition and, per chunk, the four warp shares of G
 //   positions (warp w of the decode kernel is share w here: one warp holds
 //   the four shares' online-softmax states and updates them in turn);
@@ -355,8 +358,10 @@ __global__ void __launch_bounds__(kThreads)
 // set of rows is computed correctly; only sharing is lost.
 // Warps of a block: one per (row, query head); block_rows = warps / group
 // rows (at least one row: up to kSharedMaxWarps heads per KV head). 8 warps
-// (about 94 registers each) let two blocks share an SM, so one stages while
-// the other computes; 16 share each staged position between more rows.
+// let two blocks share an SM, so one stages while the other computes (at
+// heads of 128: about 106 registers and 65 KiB of staging each; two blocks
+// fit on an H200 SM up to 128 registers and 113 KiB each); 16 share each
+// staged position between more rows.
 constexpr int kSharedMaxWarps = 16;
 constexpr int kSharedDefaultWarps = 8;
 
@@ -419,12 +424,12 @@ __device__ __forceinline__ float transposed_warp_sums(float (&v)[16], int lane) 
 
 // One share's group update (the decode kernel's per-group body for one warp):
 // `count` (1..G) positions whose K and V rows start at ks / vs in shared
-// memory (rows of pairs_k / pairs_v half2). kFull: pairs_k = pairs_v =
+// memory (rows of pairs_k / pairs_v float pairs). kFull: pairs_k = pairs_v =
 // 32 * NP (heads of 64, 128, 192, 256: every lane holds NP pairs, constant
 // strides); kWhole: count = G (every share but a row's last). Both only
 // drop checks that would pass and fold constants: the same operations.
 template <int NP, bool kFull, bool kWhole>
-__device__ __forceinline__ void update_share(const __half2* ks, const __half2* vs, int pairs_k_arg, int pairs_v_arg,
+__device__ __forceinline__ void update_share(const float2* ks, const float2* vs, int pairs_k_arg, int pairs_v_arg,
                                              int count_arg, const float2 (&qv)[NP], float scale, int lane, float& m,
                                              float& l, float2 (&acc)[NP]) {
   constexpr int G = group_positions(NP);
@@ -439,7 +444,7 @@ __device__ __forceinline__ void update_share(const __half2* ks, const __half2* v
       for (int j = 0; j < NP; ++j) {
         const int d2 = lane + 32 * j;
         if (kFull || d2 < pairs_k) {
-          const float2 kf = __half22float2(ks[g * pairs_k + d2]);
+          const float2 kf = ks[g * pairs_k + d2];
           part = __fmaf_rn(qv[j].x, kf.x, part);
           part = __fmaf_rn(qv[j].y, kf.y, part);
         }
@@ -479,7 +484,7 @@ __device__ __forceinline__ void update_share(const __half2* ks, const __half2* v
       for (int j = 0; j < NP; ++j) {
         const int d2 = lane + 32 * j;
         if (kFull || d2 < pairs_v) {
-          const float2 vf = __half22float2(vs[g * pairs_v + d2]);
+          const float2 vf = vs[g * pairs_v + d2];
           acc[j].x = __fmaf_rn(eg, vf.x, acc[j].x);
           acc[j].y = __fmaf_rn(eg, vf.y, acc[j].y);
         }
@@ -490,11 +495,22 @@ __device__ __forceinline__ void update_share(const __half2* ks, const __half2* v
   m = m_new;
 }
 
+// Four pairs of a plane row, one 16-byte read, into shared memory as floats
+// (the wide staging's rows hold a multiple of 4 pairs: dst stays 16-byte aligned).
+__device__ __forceinline__ void stage_four(const __half2* src, float2* dst) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+  const float2 f0 = __half22float2(h[0]), f1 = __half22float2(h[1]);
+  const float2 f2 = __half22float2(h[2]), f3 = __half22float2(h[3]);
+  reinterpret_cast<float4*>(dst)[0] = make_float4(f0.x, f0.y, f1.x, f1.y);
+  reinterpret_cast<float4*>(dst)[1] = make_float4(f2.x, f2.y, f3.x, f3.y);
+}
+
 // Grid (kSplits, n_head_kv, ceil(tile_rows / block_rows)), block_rows *
 // group warps; dynamic shared memory: `capacity` K rows then `capacity` V
-// rows of the KV head (capacity = kChunk + block_rows - 1 positions: one
-// chunk plus the spread of the rows' window starts). kFull: heads of
-// 64 * NP dimensions for both K and V (see update_share).
+// rows of the KV head, as float pairs (capacity = kChunk + block_rows - 1
+// positions: one chunk plus the spread of the rows' window starts). kFull:
+// heads of 64 * NP dimensions for both K and V (see update_share).
 template <int NP, bool kFull>
 __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
     attention_shared_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, int n_head, int group,
@@ -560,8 +576,8 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
     for (int j = 0; j < NP; ++j) acc[w][j] = make_float2(0.0f, 0.0f);
   }
 
-  __half2* ks = reinterpret_cast<__half2*>(staged_raw);
-  __half2* vs = ks + static_cast<size_t>(capacity) * pairs_k;
+  float2* ks = reinterpret_cast<float2*>(staged_raw);
+  float2* vs = ks + static_cast<size_t>(capacity) * pairs_k;
   for (int c = z; c < max_chunks; c += kSplits) {
     // Rounds of rows staged together: from the first row still taking a
     // chunk, the rows that read the same planes and whose chunk-c windows
@@ -586,12 +602,14 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
         lo = new_lo;
         hi = new_hi;
       }
-      // Stage positions [lo, hi) of the round's planes (16-byte copies
-      // when rows and planes allow them).
+      // Stage positions [lo, hi) of the round's planes (16-byte reads
+      // when rows and planes allow them) as floats: every warp of the block
+      // reads each staged pair, so converting here once saves a conversion
+      // per warp; the conversion is exact, so the values are the same.
       const int n_pos = hi - lo;
       const bool wide = pairs_k % 4 == 0 && pairs_v % 4 == 0 &&
                         ((reinterpret_cast<uintptr_t>(L.k) | reinterpret_cast<uintptr_t>(L.v)) % 16) == 0;
-      const int unit = wide ? 4 : 1;  // half2 per copy
+      const int unit = wide ? 4 : 1;  // pairs per copy
       const int per_k = pairs_k / unit, per_pos = per_k + pairs_v / unit;
       for (int i = threadIdx.x; i < n_pos * per_pos; i += blockDim.x) {
         const int pi = i / per_pos, e = i % per_pos;
@@ -599,11 +617,11 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
         const size_t slot = ring ? static_cast<size_t>(p % L.ring_rows) : static_cast<size_t>(p);
         const bool is_k = e < per_k;
         const __half2* src = is_k ? L.k + slot * k_stride + e * unit : L.v + slot * v_stride + (e - per_k) * unit;
-        __half2* dst = is_k ? ks + pi * pairs_k + e * unit : vs + pi * pairs_v + (e - per_k) * unit;
+        float2* dst = is_k ? ks + pi * pairs_k + e * unit : vs + pi * pairs_v + (e - per_k) * unit;
         if (wide) {
-          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+          stage_four(src, dst);
         } else {
-          *dst = *src;
+          *dst = __half22float2(*src);
         }
       }
       __syncthreads();
@@ -612,8 +630,8 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
         for (int w = 0; w < kWarps; ++w) {
           const int g0 = me.first + c * kChunk + w * G;  // share w's first position of the chunk
           const int count = min(G, me.pos + 1 - g0);      // warp-uniform
-          const __half2* ks_at = ks + static_cast<size_t>(g0 - lo) * pairs_k;
-          const __half2* vs_at = vs + static_cast<size_t>(g0 - lo) * pairs_v;
+          const float2* ks_at = ks + static_cast<size_t>(g0 - lo) * pairs_k;
+          const float2* vs_at = vs + static_cast<size_t>(g0 - lo) * pairs_v;
           if (count == G) {
             update_share<NP, kFull, true>(ks_at, vs_at, pairs_k, pairs_v, G, qv, scale, lane, m[w], l[w], acc[w]);
           } else if (count > 0) {
@@ -709,6 +727,32 @@ bool prefetch_enabled() {
   return enabled;
 }
 
+// The dynamic shared memory a prefill block may stage in: the device's
+// opt-in limit per block less the kernel's static rows_s. Past the 48 KiB a
+// launch gets by default, each instantiation opts in once, up to that limit
+// (thread-safe static initialization; the backend runs on device 0 only,
+// and the attribute belongs to the function, not to a stream, so a capture
+// allows it). The attribute is only a ceiling: a block still takes the
+// shared memory its launch asks for, so occupancy is the launch's.
+size_t prefill_staging_limit() {
+  static const size_t limit = [] {
+    int device = 0, optin = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+               "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+    const int bytes = optin - static_cast<int>(sizeof(SharedRow) * kSharedMaxWarps);
+    for (const auto kernel : {attention_shared_kernel<1, false>, attention_shared_kernel<1, true>,
+                              attention_shared_kernel<2, false>, attention_shared_kernel<2, true>,
+                              attention_shared_kernel<3, false>, attention_shared_kernel<3, true>,
+                              attention_shared_kernel<4, false>, attention_shared_kernel<4, true>}) {
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                 "cudaFuncSetAttribute(attention prefill)");
+    }
+    return static_cast<size_t>(bytes);
+  }();
+  return limit;
+}
+
 void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                    void* scratch, const QuantizedOut& qo, AttentionKernel choice, int prefill_warps, void* stream) {
   if (n_rows == 0) return;
@@ -736,14 +780,13 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
   const int group = static_cast<int>(shape.n_head / shape.n_head_kv);
   const int hd_k = static_cast<int>(shape.head_dim_k), hd_v = static_cast<int>(shape.head_dim_v);
   const int window = static_cast<int>(shape.window);
-  const bool shared_fits = group <= kSharedMaxWarps;
-  if (choice == AttentionKernel::Prefill && !shared_fits) {
+  const bool shared_heads = group <= kSharedMaxWarps;
+  if (choice == AttentionKernel::Prefill && !shared_heads) {
     throw InvalidArgument("[cuda attention] the prefill kernel takes at most " + std::to_string(kSharedMaxWarps) +
                           " query heads per KV head, got " + std::to_string(group));
   }
-  const bool shared = choice == AttentionKernel::Prefill ||
-                      (choice == AttentionKernel::Auto && shared_fits && n_rows >= kSharedKvMinRows);
-  if (shared) {
+  if (choice == AttentionKernel::Prefill ||
+      (choice == AttentionKernel::Auto && shared_heads && n_rows >= kSharedKvMinRows)) {
     // block_rows rows x group query heads per block, one warp each.
     if (prefill_warps < 0 || prefill_warps > kSharedMaxWarps) {
       throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
@@ -753,29 +796,35 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
     const int block_rows = std::max(1, warps / group);
     const int chunk = chunk_positions(np);
     const int capacity = chunk + block_rows - 1;
-    const size_t smem = static_cast<size_t>(capacity) * (shape.head_dim_k / 2 + shape.head_dim_v / 2) * 4;
-    // At most (32 + 15) positions x 1 KiB (heads of 256) + the rows: under
-    // the 48 KiB a launch gets without opting in.
-    if (smem + sizeof(SharedRow) * kSharedMaxWarps > 48 * 1024) {
-      throw InternalError("[cuda attention] prefill staging of " + std::to_string(smem) + " bytes");
+    // At most (32 + 15) positions x 2 KiB (heads of 256) = 94 KiB: every
+    // GPU of compute capability 8.0 on takes that (99 KiB and up per block);
+    // on a smaller one, Auto keeps the decode kernel.
+    const size_t smem =
+        static_cast<size_t>(capacity) * (shape.head_dim_k / 2 + shape.head_dim_v / 2) * sizeof(float2);
+    if (smem <= prefill_staging_limit()) {
+      // Heads of 64 * np dimensions (K and V) take the instantiation with
+      // constant strides and no lane checks.
+      const bool full = hd_k == 64 * np && hd_v == 64 * np;
+      const auto kernel = np == 1   ? (full ? attention_shared_kernel<1, true> : attention_shared_kernel<1, false>)
+                          : np == 2 ? (full ? attention_shared_kernel<2, true> : attention_shared_kernel<2, false>)
+                          : np == 3 ? (full ? attention_shared_kernel<3, true> : attention_shared_kernel<3, false>)
+                                    : (full ? attention_shared_kernel<4, true> : attention_shared_kernel<4, false>);
+      for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
+        const int rows = static_cast<int>(std::min(kTileRows, n_rows - row0));
+        const dim3 grid(splits_used(kv, row0, rows, chunk), static_cast<unsigned>(shape.n_head_kv),
+                        ceil_div(rows, block_rows));
+        launch_dependent(kernel, grid, dim3(32 * block_rows * group), smem, s, kv, shape.n_layer, shape.layer,
+                         shape.ring, n_head, group, hd_k, hd_v, window, shape.scale, q, row0, rows, block_rows,
+                         capacity, part_ms, part_acc, done, out, qo);
+        check_launch("attention (prefill)");
+      }
+      return;
     }
-    // Heads of 64 * np dimensions (K and V) take the instantiation with
-    // constant strides and no lane checks.
-    const bool full = hd_k == 64 * np && hd_v == 64 * np;
-    const auto kernel = np == 1   ? (full ? attention_shared_kernel<1, true> : attention_shared_kernel<1, false>)
-                        : np == 2 ? (full ? attention_shared_kernel<2, true> : attention_shared_kernel<2, false>)
-                        : np == 3 ? (full ? attention_shared_kernel<3, true> : attention_shared_kernel<3, false>)
-                                  : (full ? attention_shared_kernel<4, true> : attention_shared_kernel<4, false>);
-    for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
-      const int rows = static_cast<int>(std::min(kTileRows, n_rows - row0));
-      const dim3 grid(splits_used(kv, row0, rows, chunk), static_cast<unsigned>(shape.n_head_kv),
-                      ceil_div(rows, block_rows));
-      launch_dependent(kernel, grid, dim3(32 * block_rows * group), smem, s, kv, shape.n_layer, shape.layer,
-                       shape.ring, n_head, group, hd_k, hd_v, window, shape.scale, q, row0, rows, block_rows,
-                       capacity, part_ms, part_acc, done, out, qo);
-      check_launch("attention (prefill)");
+    if (choice == AttentionKernel::Prefill) {
+      throw InvalidArgument("[cuda attention] the prefill kernel's staging of " + std::to_string(smem) +
+                            " bytes is over this GPU's " + std::to_string(prefill_staging_limit()) + " per block");
     }
-    return;
+    // Auto: the decode kernel below gives the same bits.
   }
   // One instantiation per number of dimension pairs a lane holds (heads of up to 64, 128, 192, 256).
   const auto kernel = np == 1   ? attention_partial_kernel<1>
