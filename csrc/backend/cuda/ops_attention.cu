@@ -159,6 +159,139 @@ __device__ void combine_partials(int n_active, int head_dim_v, size_t base, cons
   }
 }
 
+// warp_sum of each of the G values v[0..G) of every lane (G = 32, 16 or 8),
+// with the same adds of the same operands: the butterfly's first log2(G)
+// steps exchange half of the values a lane still holds (the lane keeps the
+// positions whose next bit matches its own lane bit), the last steps are
+// warp_sum's own. Returns the sum of position lane >> (5 - log2(G)).
+// One exchange step of the transposed butterfly: lanes kOffset apart swap
+// the half of their N values that the other keeps (compile-time indices
+// throughout, so the values stay in registers).
+template <int N, int kOffset>
+__device__ __forceinline__ void exchange_half(float (&v)[16], bool upper) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const float send = upper ? v[i] : v[i + N / 2];
+    const float keep = upper ? v[i + N / 2] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOffset);
+  }
+}
+
+// The rest of warp_sum's butterfly for G positions at once, after its first
+// step (offset 16) left G / 2 values in v: each further exchange halves the
+// values a lane holds (it keeps the positions whose next bit is its own lane
+// bit `offset`), then warp_sum's last steps run as they are. Returns the
+// sum of position lane >> (5 - log2(G)), every add pairing the same two
+// values as warp_sum's.
+template <int G>
+__device__ __forceinline__ float transposed_warp_sums(float (&v)[16], int lane) {
+  static_assert(G == 32 || G == 16 || G == 8, "group sizes of group_positions");
+  if constexpr (G == 32) {
+    exchange_half<16, 8>(v, (lane & 8) != 0);
+    exchange_half<8, 4>(v, (lane & 4) != 0);
+    exchange_half<4, 2>(v, (lane & 2) != 0);
+    exchange_half<2, 1>(v, (lane & 1) != 0);
+    return v[0];
+  } else if constexpr (G == 16) {
+    exchange_half<8, 8>(v, (lane & 8) != 0);
+    exchange_half<4, 4>(v, (lane & 4) != 0);
+    exchange_half<2, 2>(v, (lane & 2) != 0);
+    float s = v[0];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    return s;
+  } else {
+    exchange_half<4, 8>(v, (lane & 8) != 0);
+    exchange_half<2, 4>(v, (lane & 4) != 0);
+    float s = v[0];
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    return s;
+  }
+}
+
+// One group update of a warp's online softmax, the body both kernels run per
+// group of G positions: `count` (1..G) positions whose K and V pairs come
+// from k_at / v_at (g, j, d2, pairs): position g's pair d2 = lane + 32 j of
+// a row of `pairs` pairs, in registers (the decode kernel) or in shared
+// memory (the prefill kernel). kFull: pairs_k = pairs_v = 32 * NP (heads of
+// 64, 128, 192, 256: every lane holds NP pairs, constant strides); kWhole:
+// count = G (every group but a row's last). Both only drop checks that
+// would pass and fold constants: the same operations.
+//
+// The scores: each lane's partial over its dimension pairs in order, summed
+// over the lanes in warp_sum's xor-butterfly tree, run "transposed"
+// (transposed_warp_sums): each exchange step halves the positions a lane
+// holds, so G scores cost about G shuffles instead of 5 G, and every add
+// pairs the same two values as warp_sum does. Then the group max (exact in
+// any order), the correction, one expf per score on the lane holding it,
+// group_sum in position order, and the l and acc updates in position order.
+template <int NP, bool kFull, bool kWhole, typename KAt, typename VAt>
+__device__ __forceinline__ void update_group(KAt k_at, VAt v_at, int pairs_k_arg, int pairs_v_arg, int count_arg,
+                                             const float2 (&qv)[NP], float scale, int lane, float& m, float& l,
+                                             float2 (&acc)[NP]) {
+  constexpr int G = group_positions(NP);
+  const int pairs_k = kFull ? 32 * NP : pairs_k_arg, pairs_v = kFull ? 32 * NP : pairs_v_arg;
+  const int count = kWhole ? G : count_arg;
+  constexpr int kShift = G == 32 ? 0 : G == 16 ? 1 : 2;  // lane >> kShift: the position a lane's score is
+  // This lane's partial of position g's score: its dimension pairs in order.
+  auto partial = [&](int g) {
+    float part = 0.0f;
+    if (kWhole || g < count) {
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        const int d2 = lane + 32 * j;
+        if (kFull || d2 < pairs_k) {
+          const float2 kf = k_at(g, j, d2, pairs_k);
+          part = __fmaf_rn(qv[j].x, kf.x, part);
+          part = __fmaf_rn(qv[j].y, kf.y, part);
+        }
+      }
+    }
+    return part;
+  };
+  // The butterfly's first step (offset 16) as the partials come, so only
+  // G / 2 of them are live at once.
+  float v[16];
+  const bool upper = (lane & 16) != 0;
+#pragma unroll
+  for (int i = 0; i < G / 2; ++i) {
+    const float lo = partial(i), hi = partial(i + G / 2);
+    v[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, 16);
+  }
+  const float sum = transposed_warp_sums<G>(v, lane);
+  const int mine = lane >> kShift;
+  const float s = kWhole || mine < count ? __fmul_rn(sum, scale) : -INFINITY;
+  // The max over the group's scores (-inf past count), exact in any order.
+  const float group_max = warp_max(s);
+  const float m_new = fmaxf(m, group_max);
+  const float correction = expf(m - m_new);
+  const float e = kWhole || mine < count ? expf(s - m_new) : 0.0f;
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    acc[j].x = __fmul_rn(acc[j].x, correction);
+    acc[j].y = __fmul_rn(acc[j].y, correction);
+  }
+  float group_sum = 0.0f;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const float eg = __shfl_sync(0xffffffffu, e, g << kShift);
+    group_sum = __fadd_rn(group_sum, eg);
+    if (kWhole || g < count) {
+#pragma unroll
+      for (int j = 0; j < NP; ++j) {
+        const int d2 = lane + 32 * j;
+        if (kFull || d2 < pairs_v) {
+          const float2 vf = v_at(g, j, d2, pairs_v);
+          acc[j].x = __fmaf_rn(eg, vf.x, acc[j].x);
+          acc[j].y = __fmaf_rn(eg, vf.y, acc[j].y);
+        }
+      }
+    }
+  }
+  l = __fmaf_rn(l, correction, group_sum);
+  m = m_new;
+}
+
 // Grid (kSplits, n_head, rows of the tile); NP: dimension pairs per lane.
 template <int NP>
 __global__ void __launch_bounds__(kThreads)
@@ -238,50 +371,12 @@ __global__ void __launch_bounds__(kThreads)
     const int count = min(G, pos + 1 - g0);         // warp-uniform
     if (count <= 0) continue;                       // the chunk ends before this warp's share
     if (c != z || !prefetched) load_group(g0, count);
-    // Scores: the lane's pairs in order, then the fixed butterfly.
-    float s[G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float part = 0.0f;
-#pragma unroll
-      for (int j = 0; j < NP; ++j) {
-        if (lane + 32 * j < pairs_k) {
-          const float2 kf = __half22float2(kr[g][j]);
-          part = __fmaf_rn(qv[j].x, kf.x, part);
-          part = __fmaf_rn(qv[j].y, kf.y, part);
-        }
-      }
-      part = warp_sum(part);
-      s[g] = g < count ? __fmul_rn(part, scale) : -INFINITY;
-    }
-    float group_max = s[0];
-#pragma unroll
-    for (int g = 1; g < G; ++g) group_max = fmaxf(group_max, s[g]);
-    const float m_new = fmaxf(m, group_max);  // finite: position g0 is visible
-    const float correction = expf(m - m_new);  // 0 on the warp's first group (m = -inf)
-    float group_sum = 0.0f;
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      s[g] = g < count ? expf(s[g] - m_new) : 0.0f;
-      group_sum = __fadd_rn(group_sum, s[g]);
-    }
-    l = __fmaf_rn(l, correction, group_sum);
-    m = m_new;
-#pragma unroll
-    for (int j = 0; j < NP; ++j) {
-      acc[j].x = __fmul_rn(acc[j].x, correction);
-      acc[j].y = __fmul_rn(acc[j].y, correction);
-    }
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      if (g < count) {
-#pragma unroll
-        for (int j = 0; j < NP; ++j) {
-          const float2 vf = __half22float2(vr[g][j]);
-          acc[j].x = __fmaf_rn(s[g], vf.x, acc[j].x);
-          acc[j].y = __fmaf_rn(s[g], vf.y, acc[j].y);
-        }
-      }
+    auto k_at = [&](int g, int j, int, int) { return __half22float2(kr[g][j]); };
+    auto v_at = [&](int g, int j, int, int) { return __half22float2(vr[g][j]); };
+    if (count == G) {
+      update_group<NP, false, true>(k_at, v_at, pairs_k, pairs_v, G, qv, scale, lane, m, l, acc);
+    } else {
+      update_group<NP, false, false>(k_at, v_at, pairs_k, pairs_v, count, qv, scale, lane, m, l, acc);
     }
   }
 
@@ -341,15 +436,8 @@ __global__ void __launch_bounds__(kThreads)
 // - the split/chunk partition and, per chunk, the four warp shares of G
 //   positions (warp w of the decode kernel is share w here: one warp holds
 //   the four shares' online-softmax states and updates them in turn);
-// - a share's scores: each lane's partial over its dimension pairs in order,
-//   summed over the lanes in warp_sum's xor-butterfly tree, then * scale.
-//   The tree is kept but run "transposed" (transposed_warp_sums): each
-//   exchange step halves the positions a lane holds, so G scores cost about
-//   G shuffles instead of 5 G; every add pairs the same two values as
-//   warp_sum does;
-// - the group update: group max, correction, expf of each score, group_sum
-//   in position order, l and acc updates (each expf is computed on the lanes
-//   holding that score rather than on all 32; the value is the same);
+// - a share's group update: update_group, the decode kernel's own (K/V
+//   read from shared memory here, from registers there);
 // - the fold of the four shares in share order and the fold of the splits
 //   (combine_partials) in split order, with the same scratch layout and
 //   counters, so both kernels may share a scratch in any order.
@@ -372,129 +460,6 @@ struct SharedRow {
   int pos, first, n_chunks, ring_rows;
 };
 
-// warp_sum of each of the G values v[0..G) of every lane (G = 32, 16 or 8),
-// with the same adds of the same operands: the butterfly's first log2(G)
-// steps exchange half of the values a lane still holds (the lane keeps the
-// positions whose next bit matches its own lane bit), the last steps are
-// warp_sum's own. Returns the sum of position lane >> (5 - log2(G)).
-// One exchange step of the transposed butterfly: lanes kOffset apart swap
-// the half of their N values that the other keeps (compile-time indices
-// throughout, so the values stay in registers).
-template <int N, int kOffset>
-__device__ __forceinline__ void exchange_half(float (&v)[16], bool upper) {
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) {
-    const float send = upper ? v[i] : v[i + N / 2];
-    const float keep = upper ? v[i + N / 2] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kOffset);
-  }
-}
-
-// The rest of warp_sum's butterfly for G positions at once, after its first
-// step (offset 16) left G / 2 values in v: each further exchange halves the
-// values a lane holds (it keeps the positions whose next bit is its own lane
-// bit `offset`), then warp_sum's last steps run as they are. Returns the
-// sum of position lane >> (5 - log2(G)), every add pairing the same two
-// values as warp_sum's.
-template <int G>
-__device__ __forceinline__ float transposed_warp_sums(float (&v)[16], int lane) {
-  static_assert(G == 32 || G == 16 || G == 8, "group sizes of group_positions");
-  if constexpr (G == 32) {
-    exchange_half<16, 8>(v, (lane & 8) != 0);
-    exchange_half<8, 4>(v, (lane & 4) != 0);
-    exchange_half<4, 2>(v, (lane & 2) != 0);
-    exchange_half<2, 1>(v, (lane & 1) != 0);
-    return v[0];
-  } else if constexpr (G == 16) {
-    exchange_half<8, 8>(v, (lane & 8) != 0);
-    exchange_half<4, 4>(v, (lane & 4) != 0);
-    exchange_half<2, 2>(v, (lane & 2) != 0);
-    float s = v[0];
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    return s;
-  } else {
-    exchange_half<4, 8>(v, (lane & 8) != 0);
-    exchange_half<2, 4>(v, (lane & 4) != 0);
-    float s = v[0];
-    s += __shfl_xor_sync(0xffffffffu, s, 2);
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    return s;
-  }
-}
-
-// One share's group update (the decode kernel's per-group body for one warp):
-// `count` (1..G) positions whose K and V rows start at ks / vs in shared
-// memory (rows of pairs_k / pairs_v float pairs). kFull: pairs_k = pairs_v =
-// 32 * NP (heads of 64, 128, 192, 256: every lane holds NP pairs, constant
-// strides); kWhole: count = G (every share but a row's last). Both only
-// drop checks that would pass and fold constants: the same operations.
-template <int NP, bool kFull, bool kWhole>
-__device__ __forceinline__ void update_share(const float2* ks, const float2* vs, int pairs_k_arg, int pairs_v_arg,
-                                             int count_arg, const float2 (&qv)[NP], float scale, int lane, float& m,
-                                             float& l, float2 (&acc)[NP]) {
-  constexpr int G = group_positions(NP);
-  const int pairs_k = kFull ? 32 * NP : pairs_k_arg, pairs_v = kFull ? 32 * NP : pairs_v_arg;
-  const int count = kWhole ? G : count_arg;
-  constexpr int kShift = G == 32 ? 0 : G == 16 ? 1 : 2;  // lane >> kShift: the position a lane's score is
-  // This lane's partial of position g's score: its dimension pairs in order.
-  auto partial = [&](int g) {
-    float part = 0.0f;
-    if (kWhole || g < count) {
-#pragma unroll
-      for (int j = 0; j < NP; ++j) {
-        const int d2 = lane + 32 * j;
-        if (kFull || d2 < pairs_k) {
-          const float2 kf = ks[g * pairs_k + d2];
-          part = __fmaf_rn(qv[j].x, kf.x, part);
-          part = __fmaf_rn(qv[j].y, kf.y, part);
-        }
-      }
-    }
-    return part;
-  };
-  // The butterfly's first step (offset 16) as the partials come, so only
-  // G / 2 of them are live at once.
-  float v[16];
-  const bool upper = (lane & 16) != 0;
-#pragma unroll
-  for (int i = 0; i < G / 2; ++i) {
-    const float lo = partial(i), hi = partial(i + G / 2);
-    v[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, 16);
-  }
-  const float sum = transposed_warp_sums<G>(v, lane);
-  const int mine = lane >> kShift;
-  const float s = kWhole || mine < count ? __fmul_rn(sum, scale) : -INFINITY;
-  // The max over the group's scores (-inf past count), exact in any order.
-  const float group_max = warp_max(s);
-  const float m_new = fmaxf(m, group_max);
-  const float correction = expf(m - m_new);
-  const float e = kWhole || mine < count ? expf(s - m_new) : 0.0f;
-#pragma unroll
-  for (int j = 0; j < NP; ++j) {
-    acc[j].x = __fmul_rn(acc[j].x, correction);
-    acc[j].y = __fmul_rn(acc[j].y, correction);
-  }
-  float group_sum = 0.0f;
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const float eg = __shfl_sync(0xffffffffu, e, g << kShift);
-    group_sum = __fadd_rn(group_sum, eg);
-    if (kWhole || g < count) {
-#pragma unroll
-      for (int j = 0; j < NP; ++j) {
-        const int d2 = lane + 32 * j;
-        if (kFull || d2 < pairs_v) {
-          const float2 vf = vs[g * pairs_v + d2];
-          acc[j].x = __fmaf_rn(eg, vf.x, acc[j].x);
-          acc[j].y = __fmaf_rn(eg, vf.y, acc[j].y);
-        }
-      }
-    }
-  }
-  l = __fmaf_rn(l, correction, group_sum);
-  m = m_new;
-}
-
 // Four pairs of a plane row, one 16-byte read, into shared memory as floats
 // (the wide staging's rows hold a multiple of 4 pairs: dst stays 16-byte aligned).
 __device__ __forceinline__ void stage_four(const __half2* src, float2* dst) {
@@ -510,7 +475,7 @@ __device__ __forceinline__ void stage_four(const __half2* src, float2* dst) {
 // group warps; dynamic shared memory: `capacity` K rows then `capacity` V
 // rows of the KV head, as float pairs (capacity = kChunk + block_rows - 1
 // positions: one chunk plus the spread of the rows' window starts). kFull:
-// heads of 64 * NP dimensions for both K and V (see update_share).
+// heads of 64 * NP dimensions for both K and V (see update_group).
 template <int NP, bool kFull>
 __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
     attention_shared_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, int n_head, int group,
@@ -632,10 +597,12 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
           const int count = min(G, me.pos + 1 - g0);      // warp-uniform
           const float2* ks_at = ks + static_cast<size_t>(g0 - lo) * pairs_k;
           const float2* vs_at = vs + static_cast<size_t>(g0 - lo) * pairs_v;
+          auto k_at = [&](int g, int, int d2, int pairs) { return ks_at[g * pairs + d2]; };
+          auto v_at = [&](int g, int, int d2, int pairs) { return vs_at[g * pairs + d2]; };
           if (count == G) {
-            update_share<NP, kFull, true>(ks_at, vs_at, pairs_k, pairs_v, G, qv, scale, lane, m[w], l[w], acc[w]);
+            update_group<NP, kFull, true>(k_at, v_at, pairs_k, pairs_v, G, qv, scale, lane, m[w], l[w], acc[w]);
           } else if (count > 0) {
-            update_share<NP, kFull, false>(ks_at, vs_at, pairs_k, pairs_v, count, qv, scale, lane, m[w], l[w],
+            update_group<NP, kFull, false>(k_at, v_at, pairs_k, pairs_v, count, qv, scale, lane, m[w], l[w],
                                            acc[w]);
           }
         }
