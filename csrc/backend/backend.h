@@ -49,9 +49,10 @@ class Backend {
   // Runs every op of `graph` with the replay values in `inputs`, then copies
   // the graph's logits rows to inputs.outputs (from new_output_buffer). The
   // caller has validated the inputs, called begin_write on every written
-  // slot and will call end_write after a successful return. Throws InternalError for a KV state whose
-  // storage is not this backend's. If it throws, written slots may hold
-  // partial rows of the positions being written (begin_write marked them lost).
+  // slot and will call end_write after a successful return. Throws
+  // InternalError for a KV state whose storage is not this backend's. If it
+  // throws, written slots may hold partial rows of the positions being
+  // written (begin_write marked them lost).
   virtual void execute(const StepGraph& graph, const StepInputs& inputs) = 0;
   // Host memory for n floats that execute's copies write (a session keeps
   // its logits in two). Plain heap memory here; a GPU backend returns
