@@ -159,11 +159,6 @@ __device__ void combine_partials(int n_active, int head_dim_v, size_t base, cons
   }
 }
 
-// warp_sum of each of the G values v[0..G) of every lane (G = 32, 16 or 8),
-// with the same adds of the same operands: the butterfly's first log2(G)
-// steps exchange half of the values a lane still holds (the lane keeps the
-// positions whose next bit matches its own lane bit), the last steps are
-// warp_sum's own. Returns the sum of position lane >> (5 - log2(G)).
 // One exchange step of the transposed butterfly: lanes kOffset apart swap
 // the half of their N values that the other keeps (compile-time indices
 // throughout, so the values stay in registers).
