@@ -16,27 +16,34 @@
 // weight blocks of 18 bytes in 4-byte copies at 2-byte alignment), about
 // 1,850 sectors and 4,600 copy instructions per block and stage, then
 // decodes the weights between two barriers. Here a stage is:
-//   activations: one 20 KiB chunk per 64-row tile and stage (the int8 quants
-//     of the 8 units of each row, then per (row, unit) the scale and the
-//     MMA's accumulator start, see below), written by a small pack kernel per
-//     call (pack_activations_kernel, ~2 MiB at 512 x 4096);
+//   activations: one 18 KiB chunk per 64-row tile and stage (the int8 quants
+//     of the 8 units of each row, then the scale of each (row, unit)),
+//     written by a small pack kernel per call (pack_activations_kernel,
+//     ~2 MiB at 512 x 4096);
 //   weights: one 10 KiB chunk per 64-output tile and stage (the nibble words
 //     in the order the MMA's lanes read them, then the scales as floats),
 //     written once at upload by gemm_pack_weights.
-// So a stage is 8 16-byte cp.async per thread at fixed offsets, one barrier,
-// and no decode pass: the weight fragments are the nibbles themselves.
+// So a stage is 7 16-byte cp.async per thread at fixed offsets, one barrier,
+// and no decode pass: a weight fragment is one or two logic operations on a
+// nibble word.
 //
-// The -8 of Q4_0: the MMA multiplies the unsigned nibbles q (.u8) with the
-// int8 activations a (.s8), and the accumulator starts at kMagicBits -
-// 8 * sum(a) instead of kMagicBits, so the result is kMagicBits + sum((q - 8)
-// a), the same int32 as v1's, exactly: all terms are integers far from int32
-// overflow (|sum(q a)| <= 32 * 15 * 127, |8 sum(a)| <= 8 * 32 * 127). The
-// pack kernel computes sum(a) per (row, unit).
+// The -8 of Q4_0: a nibble q moved to the high half of a byte (16 q) with
+// the byte's top bit flipped is the signed byte 16 q - 128 = 16 (q - 8). So
+// the MMA (.s8 x .s8, accumulator start kMagicBits in every register) gives
+// kMagicBits + 16 S with S = sum((q - 8) a), v1's int32, times 16, exactly
+// (|16 S| <= 16 * 32 * 8 * 127 < 2^22, the magic convert's range). Then
+// fmaf(bits as float, 1/16, -kMagic/16) is S as a float, exactly (the
+// product is a power-of-two scaling, exact, and the exact result S is
+// representable), one instruction as v1's subtraction is. (Session 11's
+// version multiplied the plain nibbles (.u8) from a start of kMagicBits -
+// 8 sum(a), packed per (row, unit) with the activations: the same S for two
+// more 16-byte shared loads per slot and warp.)
 //
-// Units past n_units and rows or outputs past the matrix are packed as zero
-// quants and zero scales (accumulator start kMagicBits), so their terms are
-// 0 * (0 * 0) = +0.0f, a no-op on an accumulator that is never -0.0f (see
-// v1's compute_slot).
+// Units past n_units are packed as zero quants and zero scales on both
+// sides: S = 0, and the term fmaf(0, wd * ad, acc) adds a signed zero to an
+// accumulator that is never -0.0f (see v1's compute_slot), which leaves it
+// as it is, as the matvec's +0.0f steps do. Rows and outputs past the
+// matrix are computed and never stored.
 #include <cstdint>
 #include <utility>
 
@@ -53,13 +60,10 @@ constexpr int kBufs = 4;  // stage buffers: copies run kBufs - 1 stages ahead
 // One (64-row tile, stage) chunk of packed activations, each part in the
 // order the MMA's lanes (g = lane / 4, t = lane % 4) read it:
 //   q      [64 rows][8 slots][32 bytes]  the unit's int8 quants
-//   start  [4 m16 tiles][8 slots][8 g]{s, s, s', s'}  the MMA's accumulator
-//          start of rows g and g + 8 of the tile (as its C registers take them)
 //   d      [4 m16 tiles][4 slot pairs][8 g]{d, d', d_next, d_next'}  the
 //          scales of rows g, g + 8 for the pair's two slots
 constexpr int kActQBytes = kTileRows * kStageUnits * 32;
-constexpr int kActStartBytes = kTileRows * kStageUnits * 8;
-constexpr int kActChunk = kActQBytes + kActStartBytes + kTileRows * kStageUnits * 4;
+constexpr int kActChunk = kActQBytes + kTileRows * kStageUnits * 4;
 // One (64-output tile, stage) chunk of packed Q4_0 weights:
 //   q   [64 outputs][4 words t][8 slots]  word t of the block's 16 nibble
 //       bytes (low nibbles: elements 4t..4t+3, high: 16+4t..), which is
@@ -76,20 +80,12 @@ constexpr int kBufBytes = kActChunk + kWChunk;
 constexpr int kSmemBytes = kBufs * kBufBytes;
 static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
 constexpr int kPieces = kBufBytes / 16;  // 16-byte copies per stage and block
-static_assert(kActQBytes / 16 == 4 * kThreads && (kActQBytes + kActStartBytes) / 16 == 5 * kThreads &&
-                  kActChunk / 16 == 5 * kThreads + kThreads / 2 && (kWChunk - kWQBytes) / 16 == kThreads / 2 &&
-                  kWQBytes / 16 == 2 * kThreads && kPieces == 8 * kThreads,
+static_assert(kActQBytes / 16 == 4 * kThreads && kActChunk / 16 == 4 * kThreads + kThreads / 2 &&
+                  (kWChunk - kWQBytes) / 16 == kThreads / 2 && kWQBytes / 16 == 2 * kThreads &&
+                  kPieces == 7 * kThreads,
               "the copy loop's fixed split of a stage's pieces over the threads");
 
 __host__ __device__ constexpr size_t ceil_tiles(size_t n, size_t tile) { return (n + tile - 1) / tile; }
-
-// D = A (16x32 s8, row) * B (32x8 u8, col) + C.
-__device__ __forceinline__ void mma_s8u8(int (&d)[4], const int (&a)[4], int b0, int b1, const int4& c) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %11, %12, %13};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c.x), "r"(c.y), "r"(c.z), "r"(c.w));
-}
 
 __device__ __forceinline__ void ldmatrix_x4_at(int (&r)[4], unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -124,9 +120,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const size_t n0 = static_cast<size_t>(blockIdx.y) * kTileOut;
   const bool warp_active = r0 + warp_row < n_rows && n0 + warp_out < n_out;
 
-  // This thread's 8 16-byte pieces of every stage, at fixed offsets from
+  // This thread's 7 16-byte pieces of every stage, at fixed offsets from
   // the stage's chunks: activation quants (rows tid / 16 + 16 j, piece
-  // tid % 16 of the row, j < 4), accumulator starts (piece tid), activation
+  // tid % 16 of the row, j < 4), activation
   // scales (tid < 128) or weight scales (the others), weight quants
   // (outputs tid / 8 + 32 j, piece tid % 8 of the output, j < 2).
   const uint8_t* act_src = opaque(x_pack + static_cast<size_t>(blockIdx.x) * n_stages * kActChunk + 16 * tid);
@@ -136,10 +132,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wcol = tid / 8;
   const unsigned w_q_dst = opaque(static_cast<unsigned>(kActChunk + wcol * 128 + 16 * ((tid % 8) ^ (wcol % 8))));
   const bool act_scales = tid < kThreads / 2;
-  const size_t sc_src = act_scales ? 16 * (kActQBytes / 16 + kActStartBytes / 16)
-                                   : 16 * (kWQBytes / 16 - kThreads / 2);  // from act_src / w_src
+  const size_t sc_src = act_scales ? kActQBytes : 16 * (kWQBytes / 16 - kThreads / 2);  // from act_src / w_src
   const unsigned sc_dst = opaque(static_cast<unsigned>(
-      act_scales ? kActQBytes + kActStartBytes + 16 * tid : kActChunk + kWQBytes + 16 * (tid - kThreads / 2)));
+      act_scales ? kActQBytes + 16 * tid : kActChunk + kWQBytes + 16 * (tid - kThreads / 2)));
   auto issue = [&](int stage, int buf) {
     if (stage < n_stages) {
       const uint8_t* a = act_src + static_cast<size_t>(stage) * kActChunk;
@@ -147,7 +142,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       const unsigned dst = smem0 + buf * kBufBytes;
 #pragma unroll
       for (int j = 0; j < 4; ++j) cp_async16_to(dst + act_q_dst + 4096 * j, a + 4096 * j, 16);
-      cp_async16_to(dst + kActQBytes + 16 * tid, a + kActQBytes, 16);
       cp_async16_to(dst + sc_dst, (act_scales ? a : b) + sc_src, 16);
 #pragma unroll
       for (int j = 0; j < 2; ++j) cp_async16_to(dst + w_q_dst + 4096 * j, b + 4096 * j, 16);
@@ -174,15 +168,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) b_off[ni][h] = kActChunk + col * 128 + 16 * ((2 * t + h) ^ (col % 8));
   }
-  // Accumulator starts (+ 128 slot), activation scales (+ 128 pair) of m16
-  // tile mi; weight scales (+ 64 pair) of n8 tile ni.
-  unsigned start_off[2], ad_off[2], wd_off[2];
+  // Activation scales (+ 128 pair) of m16 tile mi; weight scales (+ 64
+  // pair) of n8 tile ni.
+  unsigned ad_off[2], wd_off[2];
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-    const int mt = warp_row / 16 + mi;
-    start_off[mi] = kActQBytes + (mt * 64 + g) * 16;
-    ad_off[mi] = kActQBytes + kActStartBytes + (mt * 32 + g) * 16;
-  }
+  for (int mi = 0; mi < 2; ++mi) ad_off[mi] = kActQBytes + ((warp_row / 16 + mi) * 32 + g) * 16;
 #pragma unroll
   for (int ni = 0; ni < 2; ++ni) wd_off[ni] = kActChunk + kWQBytes + ((warp_out / 8 + ni) * 16 + t) * 16;
 
@@ -198,12 +188,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kWord = kSlot % 4;
     constexpr bool kOdd = kSlot % 2 == 1;
     int a[2][4];
-    int4 start[2];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      ldmatrix_x4_at(a[mi], smem0 + buf_off + a_off[mi] + ((32 * kSlot) ^ a_xor));
-      start[mi] = lds128(buf_off + start_off[mi] + 128 * kSlot);
-    }
+    for (int mi = 0; mi < 2; ++mi) ldmatrix_x4_at(a[mi], smem0 + buf_off + a_off[mi] + ((32 * kSlot) ^ a_xor));
     float ad[2][2];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
@@ -212,17 +198,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int ni = 0; ni < 2; ++ni) {
-      const int w = kWord == 0 ? wq4[ni].x : kWord == 1 ? wq4[ni].y : kWord == 2 ? wq4[ni].z : wq4[ni].w;
-      const int b0 = w & 0x0f0f0f0f, b1 = (w >> 4) & 0x0f0f0f0f;
+      const unsigned w = static_cast<unsigned>(kWord == 0   ? wq4[ni].x
+                                               : kWord == 1 ? wq4[ni].y
+                                               : kWord == 2 ? wq4[ni].z
+                                                            : wq4[ni].w);
+      // 16 (q - 8) per byte (see the top): the low nibbles moved up, the high ones in place.
+      const int b0 = static_cast<int>(((w << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
+      const int b1 = static_cast<int>((w & 0xf0f0f0f0u) ^ 0x80808080u);
       const float wd0 = kOdd ? wd4[ni].z : wd4[ni].x;
       const float wd1 = kOdd ? wd4[ni].w : wd4[ni].y;
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         int d[4];
-        mma_s8u8(d, a[mi], b0, b1, start[mi]);
+        mma_s8(d, a[mi], b0, b1, kMagicBits);
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const float sumf = __int_as_float(d[c]) - kMagic;
+          const float sumf = __fmaf_rn(__int_as_float(d[c]), 0.0625f, -kMagic / 16.0f);
           const int o = (mi * 2 + ni) * 4 + c;
           acc[o] = T::add_scaled(acc[o], sumf, (c & 1) ? wd1 : wd0, 0.0f, ad[mi][c >> 1], 0.0f);
         }
@@ -295,9 +286,8 @@ struct PackItem {
   }
 };
 
-// One thread per (row tile, stage, row, slot): the unit's 32 quants, its
-// scale and the MMA's accumulator start kMagicBits - 8 * sum(quants); zeros
-// (start kMagicBits) past the rows or units.
+// One thread per (row tile, stage, row, slot): the unit's 32 quants and its
+// scale; zeros past the rows or units.
 template <int kP>
 __global__ void pack_activations_kernel(const int8_t* __restrict__ q, const float* __restrict__ d, size_t n_rows,
                                         int n_units, int stages_per_class, size_t n_items, uint8_t* __restrict__ pack) {
@@ -309,34 +299,19 @@ __global__ void pack_activations_kernel(const int8_t* __restrict__ q, const floa
   const size_t chunk = item.chunk, r = item.index;
   int4 lo = make_int4(0, 0, 0, 0), hi = lo;
   float scale = 0.0f;
-  int sum = 0;
   if (r < n_rows && u < n_units) {
     const int4* src = reinterpret_cast<const int4*>(q + (r * n_units + u) * 32);
     lo = src[0];
     hi = src[1];
     scale = d[r * n_units + u];
-    constexpr int kOnes = 0x01010101;
-    sum = __dp4a(lo.x, kOnes, sum);
-    sum = __dp4a(lo.y, kOnes, sum);
-    sum = __dp4a(lo.z, kOnes, sum);
-    sum = __dp4a(lo.w, kOnes, sum);
-    sum = __dp4a(hi.x, kOnes, sum);
-    sum = __dp4a(hi.y, kOnes, sum);
-    sum = __dp4a(hi.z, kOnes, sum);
-    sum = __dp4a(hi.w, kOnes, sum);
   }
   uint8_t* c = pack + chunk * kActChunk;
   int4* dst = reinterpret_cast<int4*>(c + (row * kStageUnits + slot) * 32);
   dst[0] = lo;
   dst[1] = hi;
-  // Row mt * 16 + g + 8 hh of the tile: its start twice in the (mt, slot, g)
-  // quad, its scale in the (mt, slot pair, g) quad.
+  // Row mt * 16 + g + 8 hh of the tile: its scale in the (mt, slot pair, g) quad.
   const int mt = row / 16, g = row % 8, hh = row / 8 % 2;
-  const int start = kMagicBits - 8 * sum;
-  *reinterpret_cast<int2*>(c + kActQBytes + ((mt * kStageUnits + slot) * 8 + g) * 16 + 8 * hh) =
-      make_int2(start, start);
-  reinterpret_cast<float*>(c + kActQBytes + kActStartBytes + ((mt * 4 + slot / 2) * 8 + g) * 16)[2 * (slot % 2) + hh] =
-      scale;
+  reinterpret_cast<float*>(c + kActQBytes + ((mt * 4 + slot / 2) * 8 + g) * 16)[2 * (slot % 2) + hh] = scale;
 }
 
 // One thread per (output tile, stage, output, slot): see kWChunk.
