@@ -68,8 +68,9 @@ def test_prefill_kernel_gives_every_segment_row_the_decode_kernels_bits(name, st
 @pytest.mark.parametrize("name", ["llama3-8b", "smollm2", "gemma3-sliding"])
 @pytest.mark.parametrize("warps", [1, 2, 3, 4, 8, 12, 16])
 def test_prefill_kernel_bits_do_not_depend_on_its_warps_per_block(name, warps):
-    """Rows per block (warps // group, at least one) only change which rows
-    share a staging; every row keeps the decode kernel's bits."""
+    """Rows per block (warps // (4 shares x head sets), at least one) only
+    change which rows share a staging; every row keeps the decode kernel's
+    bits."""
     k, v, q, n_head, n_head_kv, hd, ring_rows, window, long_start = _case(name, warps)
     positions = np.arange(long_start - 60, long_start + 70)
     rows = slice(0, 130)
@@ -83,6 +84,8 @@ def test_prefill_kernel_bits_do_not_depend_on_its_warps_per_block(name, warps):
     (8, 2, 100, 100, 8),     # rows of 50 pairs (not a multiple of 4): staged a pair at a time
     (4, 2, 128, 64, 0),      # K and V heads of other sizes
     (6, 3, 160, 160, 12),    # heads short of 64 * pairs per lane
+    (14, 2, 64, 64, 0),      # 7 heads per KV head: two sets of 4, the second with a copy it never folds
+    (24, 2, 128, 128, 8),    # 12 heads per KV head: three sets of 4, 12 warps a row
 ])
 def test_prefill_kernel_bits_at_the_largest_staging_and_uneven_heads(n_head, n_head_kv, hd_k, hd_v, warps):
     """The staging (K/V converted to floats once, as shared memory of up to

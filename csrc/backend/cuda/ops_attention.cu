@@ -204,87 +204,118 @@ __device__ __forceinline__ float transposed_warp_sums(float (&v)[16], int lane) 
   }
 }
 
-// One group update of a warp's online softmax, the body both kernels run per
-// group of G positions: `count` (1..G) positions whose K and V pairs come
-// from k_at / v_at (g, j, d2, pairs): position g's pair d2 = lane + 32 j of
-// a row of `pairs` pairs, in registers (the decode kernel) or in shared
-// memory (the prefill kernel). kFull: pairs_k = pairs_v = 32 * NP (heads of
-// 64, 128, 192, 256: every lane holds NP pairs, constant strides); kWhole:
-// count = G (every group but a row's last). Both only drop checks that
-// would pass and fold constants: the same operations.
+// One group update of a warp's online softmax for HG query heads of one KV
+// head at once, the body both kernels run per group of G positions: `count`
+// (1..G) positions whose K and V pairs come from k_at / v_at (g, j, d2,
+// pairs): position g's pair d2 = lane + 32 j of a row of `pairs` pairs, in
+// registers (the decode kernel, HG = 1) or in shared memory (the prefill
+// kernel, HG up to 4: each K/V pair read once serves the HG heads). kFull:
+// pairs_k = pairs_v = 32 * NP (heads of 64, 128, 192, 256: every lane holds
+// NP pairs, constant strides); kWhole: count = G (every group but a row's
+// last). Both only drop checks that would pass and fold constants: the same
+// operations.
 //
-// The scores: each lane's partial over its dimension pairs in order, summed
-// over the lanes in warp_sum's xor-butterfly tree, run "transposed"
-// (transposed_warp_sums): each exchange step halves the positions a lane
-// holds, so G scores cost about G shuffles instead of 5 G, and every add
-// pairs the same two values as warp_sum does. Then the group max (exact in
-// any order), the correction, one expf per score on the lane holding it,
-// group_sum in position order, and the l and acc updates in position order.
-template <int NP, bool kFull, bool kWhole, typename KAt, typename VAt>
+// Per head, the operations are the same whatever HG (the heads only share
+// the loads): the scores, each lane's partial over its dimension pairs in
+// order, summed over the lanes in warp_sum's xor-butterfly tree, run
+// "transposed" (transposed_warp_sums): each exchange step halves the
+// positions a lane holds, so G scores cost about G shuffles instead of 5 G,
+// and every add pairs the same two values as warp_sum does. Then the group
+// max (exact in any order), the correction, one expf per score on the lane
+// holding it, group_sum in position order, and the l and acc updates in
+// position order.
+template <int NP, int HG, bool kFull, bool kWhole, typename KAt, typename VAt>
 __device__ __forceinline__ void update_group(KAt k_at, VAt v_at, int pairs_k_arg, int pairs_v_arg, int count_arg,
-                                             const float2 (&qv)[NP], float scale, int lane, float& m, float& l,
-                                             float2 (&acc)[NP]) {
+                                             const float2 (&qv)[HG][NP], float scale, int lane, float (&m)[HG],
+                                             float (&l)[HG], float2 (&acc)[HG][NP]) {
   constexpr int G = group_positions(NP);
   const int pairs_k = kFull ? 32 * NP : pairs_k_arg, pairs_v = kFull ? 32 * NP : pairs_v_arg;
   const int count = kWhole ? G : count_arg;
   constexpr int kShift = G == 32 ? 0 : G == 16 ? 1 : 2;  // lane >> kShift: the position a lane's score is
-  // This lane's partial of position g's score: its dimension pairs in order.
-  auto partial = [&](int g) {
-    float part = 0.0f;
+  // This lane's partials of position g's score, one per head: its dimension pairs in order.
+  auto partials = [&](int g, float (&part)[HG]) {
+#pragma unroll
+    for (int hh = 0; hh < HG; ++hh) part[hh] = 0.0f;
     if (kWhole || g < count) {
 #pragma unroll
       for (int j = 0; j < NP; ++j) {
         const int d2 = lane + 32 * j;
         if (kFull || d2 < pairs_k) {
           const float2 kf = k_at(g, j, d2, pairs_k);
-          part = __fmaf_rn(qv[j].x, kf.x, part);
-          part = __fmaf_rn(qv[j].y, kf.y, part);
+#pragma unroll
+          for (int hh = 0; hh < HG; ++hh) {
+            part[hh] = __fmaf_rn(qv[hh][j].x, kf.x, part[hh]);
+            part[hh] = __fmaf_rn(qv[hh][j].y, kf.y, part[hh]);
+          }
         }
       }
     }
-    return part;
   };
   // The butterfly's first step (offset 16) as the partials come, so only
-  // G / 2 of them are live at once.
-  float v[16];
+  // G / 2 of them per head are live at once.
+  float v[HG][16];
   const bool upper = (lane & 16) != 0;
 #pragma unroll
   for (int i = 0; i < G / 2; ++i) {
-    const float lo = partial(i), hi = partial(i + G / 2);
-    v[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, 16);
-  }
-  const float sum = transposed_warp_sums<G>(v, lane);
-  const int mine = lane >> kShift;
-  const float s = kWhole || mine < count ? __fmul_rn(sum, scale) : -INFINITY;
-  // The max over the group's scores (-inf past count), exact in any order.
-  const float group_max = warp_max(s);
-  const float m_new = fmaxf(m, group_max);
-  const float correction = expf(m - m_new);
-  const float e = kWhole || mine < count ? expf(s - m_new) : 0.0f;
+    float lo[HG], hi[HG];
+    partials(i, lo);
+    partials(i + G / 2, hi);
 #pragma unroll
-  for (int j = 0; j < NP; ++j) {
-    acc[j].x = __fmul_rn(acc[j].x, correction);
-    acc[j].y = __fmul_rn(acc[j].y, correction);
+    for (int hh = 0; hh < HG; ++hh) {
+      v[hh][i] = (upper ? hi[hh] : lo[hh]) + __shfl_xor_sync(0xffffffffu, upper ? lo[hh] : hi[hh], 16);
+    }
   }
-  float group_sum = 0.0f;
+  const int mine = lane >> kShift;
+  float m_new[HG], correction[HG], e[HG];
+#pragma unroll
+  for (int hh = 0; hh < HG; ++hh) {
+    const float sum = transposed_warp_sums<G>(v[hh], lane);
+    const float s = kWhole || mine < count ? __fmul_rn(sum, scale) : -INFINITY;
+    // The max over the group's scores (-inf past count), exact in any order.
+    const float group_max = warp_max(s);
+    m_new[hh] = fmaxf(m[hh], group_max);
+    correction[hh] = expf(m[hh] - m_new[hh]);
+    e[hh] = kWhole || mine < count ? expf(s - m_new[hh]) : 0.0f;
+  }
+#pragma unroll
+  for (int hh = 0; hh < HG; ++hh) {
+#pragma unroll
+    for (int j = 0; j < NP; ++j) {
+      acc[hh][j].x = __fmul_rn(acc[hh][j].x, correction[hh]);
+      acc[hh][j].y = __fmul_rn(acc[hh][j].y, correction[hh]);
+    }
+  }
+  float group_sum[HG];
+#pragma unroll
+  for (int hh = 0; hh < HG; ++hh) group_sum[hh] = 0.0f;
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    const float eg = __shfl_sync(0xffffffffu, e, g << kShift);
-    group_sum = __fadd_rn(group_sum, eg);
+    float eg[HG];
+#pragma unroll
+    for (int hh = 0; hh < HG; ++hh) {
+      eg[hh] = __shfl_sync(0xffffffffu, e[hh], g << kShift);
+      group_sum[hh] = __fadd_rn(group_sum[hh], eg[hh]);
+    }
     if (kWhole || g < count) {
 #pragma unroll
       for (int j = 0; j < NP; ++j) {
         const int d2 = lane + 32 * j;
         if (kFull || d2 < pairs_v) {
           const float2 vf = v_at(g, j, d2, pairs_v);
-          acc[j].x = __fmaf_rn(eg, vf.x, acc[j].x);
-          acc[j].y = __fmaf_rn(eg, vf.y, acc[j].y);
+#pragma unroll
+          for (int hh = 0; hh < HG; ++hh) {
+            acc[hh][j].x = __fmaf_rn(eg[hh], vf.x, acc[hh][j].x);
+            acc[hh][j].y = __fmaf_rn(eg[hh], vf.y, acc[hh][j].y);
+          }
         }
       }
     }
   }
-  l = __fmaf_rn(l, correction, group_sum);
-  m = m_new;
+#pragma unroll
+  for (int hh = 0; hh < HG; ++hh) {
+    l[hh] = __fmaf_rn(l[hh], correction[hh], group_sum[hh]);
+    m[hh] = m_new[hh];
+  }
 }
 
 // Grid (kSplits, n_head, rows of the tile); NP: dimension pairs per lane.
@@ -348,18 +379,18 @@ __global__ void __launch_bounds__(kThreads)
   dependent_launch_begin();
 
   const float2* qr = reinterpret_cast<const float2*>(q + (r * n_head + h) * head_dim_k);
-  float2 qv[NP];
+  float2 qv[1][NP];
 #pragma unroll
   for (int j = 0; j < NP; ++j) {
     const int d2 = lane + 32 * j;
-    qv[j] = d2 < pairs_k ? qr[d2] : make_float2(0.0f, 0.0f);
+    qv[0][j] = d2 < pairs_k ? qr[d2] : make_float2(0.0f, 0.0f);
   }
 
-  float m = -INFINITY;  // running max of this warp's scores
-  float l = 0.0f;       // running sum of exp(score - m)
-  float2 acc[NP];
+  float m[1] = {-INFINITY};  // running max of this warp's scores
+  float l[1] = {0.0f};       // running sum of exp(score - m)
+  float2 acc[1][NP];
 #pragma unroll
-  for (int j = 0; j < NP; ++j) acc[j] = make_float2(0.0f, 0.0f);
+  for (int j = 0; j < NP; ++j) acc[0][j] = make_float2(0.0f, 0.0f);
 
   for (int c = z; c < n_chunks; c += kSplits) {
     const int g0 = first + c * kChunk + warp * G;  // this warp's first position of the chunk
@@ -369,9 +400,9 @@ __global__ void __launch_bounds__(kThreads)
     auto k_at = [&](int g, int j, int, int) { return __half22float2(kr[g][j]); };
     auto v_at = [&](int g, int j, int, int) { return __half22float2(vr[g][j]); };
     if (count == G) {
-      update_group<NP, false, true>(k_at, v_at, pairs_k, pairs_v, G, qv, scale, lane, m, l, acc);
+      update_group<NP, 1, false, true>(k_at, v_at, pairs_k, pairs_v, G, qv, scale, lane, m, l, acc);
     } else {
-      update_group<NP, false, false>(k_at, v_at, pairs_k, pairs_v, count, qv, scale, lane, m, l, acc);
+      update_group<NP, 1, false, false>(k_at, v_at, pairs_k, pairs_v, count, qv, scale, lane, m, l, acc);
     }
   }
 
@@ -379,11 +410,11 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float m_s[kWarps], l_s[kWarps];
   __shared__ float2 acc_s[kWarps][32 * NP];
   if (lane == 0) {
-    m_s[warp] = m;
-    l_s[warp] = l;
+    m_s[warp] = m[0];
+    l_s[warp] = l[0];
   }
 #pragma unroll
-  for (int j = 0; j < NP; ++j) acc_s[warp][lane + 32 * j] = acc[j];
+  for (int j = 0; j < NP; ++j) acc_s[warp][lane + 32 * j] = acc[0][j];
   __syncthreads();
   const ShareFold fold = fold_shares(m_s);
   const size_t partial = (local * n_head + h) * kSplits + z;
@@ -418,35 +449,65 @@ __global__ void __launch_bounds__(kThreads)
 // In a prefill segment the rows are consecutive positions of one session and
 // the query heads of a GQA group read one KV head, so attention_partial_kernel
 // reads each K/V row once per (row, head): up to 64 rows x 4 heads times per
-// launch for llama3-8b. Here block (z, KV head, group of block_rows rows)
-// stages in shared memory, for each of its chunks c = z, z + kSplits, ...,
-// the union of its rows' chunk-c windows (the rows' windows start at their
-// own `first`, which differs between rows only on sliding-window layers past
-// the window, by one per row there), and each of its warps computes one
-// (row, query head) of the KV head from it.
+// launch for llama3-8b. Here block (KV head, group of block_rows rows)
+// walks all of its rows' splits z in turn and, for each, their chunks c =
+// z, z + kSplits, ...: it stages in shared memory the union of its rows'
+// chunk-c windows (the rows' windows start at their own `first`, which
+// differs between rows only on sliding-window layers past the window, by one
+// per row there), and each of its warps computes one share of the chunk (the
+// G positions the decode kernel's warp w takes) for one row and up to four
+// query heads of the KV head, so that each staged K/V pair read from shared
+// memory serves all of them. After a split's chunks the block folds the
+// shares into the split's partials, and after the last split it folds each
+// (row, head)'s partials itself: no counters, no block waiting on others.
 //
 // What stays exactly the decode kernel's, for every (row, head):
 // - the K and V values: staged as floats, converted once from the planes'
 //   f16 (exactly, as the decode kernel converts them in registers);
 // - the split/chunk partition and, per chunk, the four warp shares of G
-//   positions (warp w of the decode kernel is share w here: one warp holds
-//   the four shares' online-softmax states and updates them in turn);
+//   positions (warp w of the decode kernel is share w here too);
 // - a share's group update: update_group, the decode kernel's own (K/V
-//   read from shared memory here, from registers there);
-// - the fold of the four shares in share order and the fold of the splits
-//   (combine_partials) in split order, with the same scratch layout and
-//   counters, so both kernels may share a scratch in any order.
+//   read from shared memory here, from registers there; per head the same
+//   operations whatever the number of heads a warp updates at once);
+// - the fold of the four shares in share order (their states pass through
+//   shared memory here, as there) and the fold of the splits
+//   (combine_partials) in split order, in the same scratch layout (this
+//   kernel leaves the decode kernel's counters at zero).
 // Rows of a block that read other planes (another session in the launch) or
 // whose windows do not fit together are staged in separate rounds, so any
 // set of rows is computed correctly; only sharing is lost.
-// Warps of a block: one per (row, query head); block_rows = warps / group
-// rows (at least one row: up to kSharedMaxWarps heads per KV head). 8 warps
-// let two blocks share an SM, so one stages while the other computes (at
-// heads of 128: about 106 registers and 65 KiB of staging each; two blocks
-// fit on an H200 SM up to 128 registers and 113 KiB each); 16 share each
-// staged position between more rows.
+//
+// Warps of a block: per row, kWarps shares x n_sub head sets of HG heads
+// (n_sub = ceil(group / 4), HG = ceil(group / n_sub) rounded up to 1, 2 or
+// 4; a set's heads past the group compute a copy of the group's last head
+// and are never folded); block_rows = warps / (kWarps * n_sub) rows, at
+// least one.
+//
+// Session 11's version ran a block per (split, KV head, rows), one chunk
+// each in a prefill segment, and gave each warp one (row, head) and its four
+// shares in turn. Its blocks spent their time in fixed steps (the rows'
+// tables, the staging, the fold, the counter, the last block's fold), which
+// fewer shared-memory reads did not shorten: four heads per warp took its
+// pp512 attention on an H100 (bench_cuda_attention.py --prefill-only) from
+// 426 to 387 us per layer, a block per (KV head, rows) walking all its
+// splits to 291 (263 at 16 warps).
 constexpr int kSharedMaxWarps = 16;
+
+// Warps per prefill block by default (2 rows of a KV head of up to 4 query
+// heads). 16 measured faster for llama3-8b's pp512 attention alone (H100,
+// s12-3: 263 against 291 us per layer) but was not run end to end.
 constexpr int kSharedDefaultWarps = 8;
+
+// The prefill kernel's warp layout for `group` query heads per KV head.
+struct HeadSets {
+  int n_sub;  // head sets per row
+  int hg;     // heads per set: 1, 2 or 4
+};
+__host__ __device__ constexpr HeadSets head_sets(int group) {
+  const int n_sub = (group + 3) / 4;
+  const int hg = (group + n_sub - 1) / n_sub;
+  return {n_sub, hg <= 1 ? 1 : hg <= 2 ? 2 : 4};
+}
 
 // A row of the block as its warps need it (plain, for __shared__ storage).
 struct SharedRow {
@@ -466,26 +527,27 @@ __device__ __forceinline__ void stage_four(const __half2* src, float2* dst) {
   reinterpret_cast<float4*>(dst)[1] = make_float4(f2.x, f2.y, f3.x, f3.y);
 }
 
-// Grid (kSplits, n_head_kv, ceil(tile_rows / block_rows)), block_rows *
-// group warps; dynamic shared memory: `capacity` K rows then `capacity` V
-// rows of the KV head, as float pairs (capacity = kChunk + block_rows - 1
-// positions: one chunk plus the spread of the rows' window starts). kFull:
+// Grid (n_head_kv, ceil(tile_rows / block_rows)), block_rows * kWarps *
+// n_sub warps; dynamic shared memory: `capacity` K rows then
+// `capacity` V rows of the KV head, as float pairs (capacity = kChunk +
+// block_rows - 1 positions: one chunk plus the spread of the rows' window
+// starts), reused for the shares' states after each split. kFull:
 // heads of 64 * NP dimensions for both K and V (see update_group).
-template <int NP, bool kFull>
+template <int NP, int HG, bool kFull>
 __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
     attention_shared_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, int n_head, int group,
                             int head_dim_k_arg, int head_dim_v_arg, int window, float scale,
-                            const float* __restrict__ q, size_t row0, int tile_rows, int block_rows, int capacity,
-                            float* __restrict__ part_ms,
-                            float* __restrict__ part_acc, unsigned* __restrict__ done, float* __restrict__ out,
-                            QuantizedOut qo) {
+                            const float* __restrict__ q, size_t row0, int tile_rows, int block_rows, int n_sub,
+                            int capacity, float* __restrict__ part_ms, float* __restrict__ part_acc,
+                            unsigned* __restrict__ done, float* __restrict__ out, QuantizedOut qo) {
   constexpr int G = group_positions(NP);
   constexpr int kChunk = chunk_positions(NP);
   extern __shared__ uint4 staged_raw[];
   __shared__ SharedRow rows_s[kSharedMaxWarps];
-  const int z = blockIdx.x, kvh = blockIdx.y;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int local0 = static_cast<int>(blockIdx.z) * block_rows;
+  const int kvh = blockIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  // The tile's last row groups first: they take the most chunks.
+  const int local0 = static_cast<int>(gridDim.y - 1 - blockIdx.y) * block_rows;
   const int n_rows = min(block_rows, tile_rows - local0);
   const int head_dim_k = kFull ? 64 * NP : head_dim_k_arg, head_dim_v = kFull ? 64 * NP : head_dim_v_arg;
   const int pairs_k = head_dim_k / 2, pairs_v = head_dim_v / 2;
@@ -505,135 +567,175 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
   __syncthreads();
   int max_chunks = 0;
   for (int i = 0; i < n_rows; ++i) max_chunks = max(max_chunks, rows_s[i].n_chunks);
-  // rows_s holds only step inputs and session tables, which no kernel
-  // writes: a split no row reaches exits before the wait (as in the decode
-  // kernel).
-  if (z >= max_chunks) return;  // the whole block, before any other barrier
   dependent_launch_begin();
 
-  // This warp's (row, query head); warps past the block's rows only help stage.
-  const int ri = warp / group;
-  const int h = kvh * group + warp % group;
+  // This warp's row, share and head set; warps past the block's rows only help stage.
+  const int per_row = kWarps * n_sub;
+  const int ri = warp / per_row, share = warp % per_row % kWarps, set0 = warp % per_row / kWarps * HG;
   const SharedRow me = rows_s[ri < n_rows ? ri : 0];
-  const bool active = ri < n_rows && z < me.n_chunks;
-  const size_t local = static_cast<size_t>(local0 + ri), r = row0 + local;
+  const bool has_row = ri < n_rows;
+  const size_t r = row0 + local0 + ri;
 
-  float2 qv[NP];
+  float2 qv[HG][NP];
 #pragma unroll
-  for (int j = 0; j < NP; ++j) {
-    const int d2 = lane + 32 * j;
-    qv[j] = make_float2(0.0f, 0.0f);
-    if (active && d2 < pairs_k) qv[j] = reinterpret_cast<const float2*>(q + (r * n_head + h) * head_dim_k)[d2];
+  for (int hh = 0; hh < HG; ++hh) {
+    const int h = kvh * group + min(set0 + hh, group - 1);
+#pragma unroll
+    for (int j = 0; j < NP; ++j) {
+      const int d2 = lane + 32 * j;
+      qv[hh][j] = make_float2(0.0f, 0.0f);
+      if (has_row && d2 < pairs_k) {
+        qv[hh][j] = reinterpret_cast<const float2*>(q + (r * n_head + h) * head_dim_k)[d2];
+      }
+    }
   }
-  // The four shares' states (the decode kernel's four warps).
-  float m[kWarps], l[kWarps];
-  float2 acc[kWarps][NP];
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    m[w] = -INFINITY;
-    l[w] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NP; ++j) acc[w][j] = make_float2(0.0f, 0.0f);
-  }
-
   float2* ks = reinterpret_cast<float2*>(staged_raw);
   float2* vs = ks + static_cast<size_t>(capacity) * pairs_k;
-  for (int c = z; c < max_chunks; c += kSplits) {
-    // Rounds of rows staged together: from the first row still taking a
-    // chunk, the rows that read the same planes and whose chunk-c windows
-    // fit together in `capacity` positions (in a prefill segment: all).
-    // Every thread computes the same rounds from rows_s.
-    int i0 = 0;
-    while (i0 < n_rows) {
-      int lead = i0;
-      while (lead < n_rows && c >= rows_s[lead].n_chunks) ++lead;
-      if (lead == n_rows) break;
-      const SharedRow L = rows_s[lead];
-      int lo = L.first + c * kChunk;
-      int hi = min(L.pos + 1, lo + kChunk);
-      int i1 = lead + 1;
-      for (; i1 < n_rows; ++i1) {
-        const SharedRow& o = rows_s[i1];
-        if (c >= o.n_chunks) continue;
-        const int o_lo = o.first + c * kChunk;
-        const int o_hi = min(o.pos + 1, o_lo + kChunk);
-        const int new_lo = min(lo, o_lo), new_hi = max(hi, o_hi);
-        if (o.k != L.k || o.v != L.v || o.ring_rows != L.ring_rows || new_hi - new_lo > capacity) break;
-        lo = new_lo;
-        hi = new_hi;
-      }
-      // Stage positions [lo, hi) of the round's planes (16-byte reads
-      // when rows and planes allow them) as floats: every warp of the block
-      // reads each staged pair, so converting here once saves a conversion
-      // per warp; the conversion is exact, so the values are the same.
-      const int n_pos = hi - lo;
-      const bool wide = pairs_k % 4 == 0 && pairs_v % 4 == 0 &&
-                        ((reinterpret_cast<uintptr_t>(L.k) | reinterpret_cast<uintptr_t>(L.v)) % 16) == 0;
-      const int unit = wide ? 4 : 1;  // pairs per copy
-      const int per_k = pairs_k / unit, per_pos = per_k + pairs_v / unit;
-      for (int i = threadIdx.x; i < n_pos * per_pos; i += blockDim.x) {
-        const int pi = i / per_pos, e = i % per_pos;
-        const int p = lo + pi;
-        const size_t slot = ring ? static_cast<size_t>(p % L.ring_rows) : static_cast<size_t>(p);
-        const bool is_k = e < per_k;
-        const __half2* src = is_k ? L.k + slot * k_stride + e * unit : L.v + slot * v_stride + (e - per_k) * unit;
-        float2* dst = is_k ? ks + pi * pairs_k + e * unit : vs + pi * pairs_v + (e - per_k) * unit;
-        if (wide) {
-          stage_four(src, dst);
-        } else {
-          *dst = __half22float2(*src);
-        }
-      }
-      __syncthreads();
-      if (active && ri >= i0 && ri < i1 && c < me.n_chunks) {
+  // The shares' states after a split, in the staging's room: (m, l) at
+  // fold_ml[2 i], the values at fold_acc[i * pairs_v], i = (row * group +
+  // head) * kWarps + share.
+  float* fold_ml = reinterpret_cast<float*>(staged_raw);
+  float2* fold_acc = reinterpret_cast<float2*>(fold_ml + 2 * block_rows * group * kWarps);
+
+  const int n_splits = min(kSplits, max_chunks);
+  for (int z = 0; z < n_splits; ++z) {
+    const bool active = has_row && z < me.n_chunks;
+    float m[HG], l[HG];
+    float2 acc[HG][NP];
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-          const int g0 = me.first + c * kChunk + w * G;  // share w's first position of the chunk
-          const int count = min(G, me.pos + 1 - g0);      // warp-uniform
+    for (int hh = 0; hh < HG; ++hh) {
+      m[hh] = -INFINITY;
+      l[hh] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < NP; ++j) acc[hh][j] = make_float2(0.0f, 0.0f);
+    }
+    for (int c = z; c < max_chunks; c += kSplits) {
+      // Rounds of rows staged together: from the first row still taking a
+      // chunk, the rows that read the same planes and whose chunk-c windows
+      // fit together in `capacity` positions (in a prefill segment: all).
+      // Every thread computes the same rounds from rows_s.
+      int i0 = 0;
+      while (i0 < n_rows) {
+        int lead = i0;
+        while (lead < n_rows && c >= rows_s[lead].n_chunks) ++lead;
+        if (lead == n_rows) break;
+        const SharedRow L = rows_s[lead];
+        int lo = L.first + c * kChunk;
+        int hi = min(L.pos + 1, lo + kChunk);
+        int i1 = lead + 1;
+        for (; i1 < n_rows; ++i1) {
+          const SharedRow& o = rows_s[i1];
+          if (c >= o.n_chunks) continue;
+          const int o_lo = o.first + c * kChunk;
+          const int o_hi = min(o.pos + 1, o_lo + kChunk);
+          const int new_lo = min(lo, o_lo), new_hi = max(hi, o_hi);
+          if (o.k != L.k || o.v != L.v || o.ring_rows != L.ring_rows || new_hi - new_lo > capacity) break;
+          lo = new_lo;
+          hi = new_hi;
+        }
+        // Stage positions [lo, hi) of the round's planes (16-byte reads
+        // when rows and planes allow them) as floats: every warp of the block
+        // reads each staged pair, so converting here once saves a conversion
+        // per warp; the conversion is exact, so the values are the same.
+        const int n_pos = hi - lo;
+        const bool wide = pairs_k % 4 == 0 && pairs_v % 4 == 0 &&
+                          ((reinterpret_cast<uintptr_t>(L.k) | reinterpret_cast<uintptr_t>(L.v)) % 16) == 0;
+        const int unit = wide ? 4 : 1;  // pairs per copy
+        const int per_k = pairs_k / unit, per_pos = per_k + pairs_v / unit;
+        for (int i = threadIdx.x; i < n_pos * per_pos; i += blockDim.x) {
+          const int pi = i / per_pos, e = i % per_pos;
+          const int p = lo + pi;
+          const size_t slot = ring ? static_cast<size_t>(p % L.ring_rows) : static_cast<size_t>(p);
+          const bool is_k = e < per_k;
+          const __half2* src = is_k ? L.k + slot * k_stride + e * unit : L.v + slot * v_stride + (e - per_k) * unit;
+          float2* dst = is_k ? ks + pi * pairs_k + e * unit : vs + pi * pairs_v + (e - per_k) * unit;
+          if (wide) {
+            stage_four(src, dst);
+          } else {
+            *dst = __half22float2(*src);
+          }
+        }
+        __syncthreads();
+        if (active && ri >= i0 && ri < i1 && c < me.n_chunks) {
+          const int g0 = me.first + c * kChunk + share * G;  // the share's first position of the chunk
+          const int count = min(G, me.pos + 1 - g0);          // warp-uniform
           const float2* ks_at = ks + static_cast<size_t>(g0 - lo) * pairs_k;
           const float2* vs_at = vs + static_cast<size_t>(g0 - lo) * pairs_v;
           auto k_at = [&](int g, int, int d2, int pairs) { return ks_at[g * pairs + d2]; };
           auto v_at = [&](int g, int, int d2, int pairs) { return vs_at[g * pairs + d2]; };
           if (count == G) {
-            update_group<NP, kFull, true>(k_at, v_at, pairs_k, pairs_v, G, qv, scale, lane, m[w], l[w], acc[w]);
+            update_group<NP, HG, kFull, true>(k_at, v_at, pairs_k, pairs_v, G, qv, scale, lane, m, l, acc);
           } else if (count > 0) {
-            update_group<NP, kFull, false>(k_at, v_at, pairs_k, pairs_v, count, qv, scale, lane, m[w], l[w],
-                                           acc[w]);
+            update_group<NP, HG, kFull, false>(k_at, v_at, pairs_k, pairs_v, count, qv, scale, lane, m, l, acc);
           }
         }
+        __syncthreads();  // the round's readers are done before the next staging
+        i0 = i1;
       }
-      __syncthreads();  // the round's readers are done before the next staging
-      i0 = i1;
     }
-  }
-  if (!active) return;  // no block barrier from here on
 
-  // Fold the shares in share order (the decode kernel's warp fold).
-  const ShareFold fold = fold_shares(m);
-  const size_t partial = (local * n_head + h) * kSplits + z;
-  if (lane == 0) store_fold(fold, l, part_ms + 2 * partial);
-  float2* pa = reinterpret_cast<float2*>(part_acc + partial * head_dim_v);
+    // The shares' states into shared memory (the staging is free since the
+    // last round's barrier).
+    if (active) {
 #pragma unroll
-  for (int j = 0; j < NP; ++j) {
-    const int d2 = lane + 32 * j;
-    if (d2 < pairs_v) pa[d2] = fold_pair(fold, [&](int w) { return acc[w][j]; });
+      for (int hh = 0; hh < HG; ++hh) {
+        if (set0 + hh >= group) break;
+        const int i = (ri * group + set0 + hh) * kWarps + share;
+        if (lane == 0) {
+          fold_ml[2 * i] = m[hh];
+          fold_ml[2 * i + 1] = l[hh];
+        }
+#pragma unroll
+        for (int j = 0; j < NP; ++j) {
+          const int d2 = lane + 32 * j;
+          if (d2 < pairs_v) fold_acc[static_cast<size_t>(i) * pairs_v + d2] = acc[hh][j];
+        }
+      }
+    }
+    __syncthreads();
+    // Warp k folds (row k / group, head k % group)'s shares in share order
+    // (the decode kernel's warp fold) into the split's partial.
+    // n_rows * group <= n_warps: at most one pair a warp.
+    for (int k = warp; k < n_rows * group; k += n_warps) {
+      const int fr = k / group, fh = k % group;
+      if (z >= rows_s[fr].n_chunks) continue;
+      const size_t local = static_cast<size_t>(local0 + fr);
+      const int i0 = (fr * group + fh) * kWarps;
+      float ms[kWarps], ls[kWarps];
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        ms[w] = fold_ml[2 * (i0 + w)];
+        ls[w] = fold_ml[2 * (i0 + w) + 1];
+      }
+      const ShareFold fold = fold_shares(ms);
+      const size_t partial = (local * n_head + kvh * group + fh) * kSplits + z;
+      if (lane == 0) store_fold(fold, ls, part_ms + 2 * partial);
+      float2* pa = reinterpret_cast<float2*>(part_acc + partial * head_dim_v);
+      for (int d2 = lane; d2 < pairs_v; d2 += 32) {
+        pa[d2] = fold_pair(fold, [&](int w) { return fold_acc[static_cast<size_t>(i0 + w) * pairs_v + d2]; });
+      }
+    }
+    __syncthreads();  // the states are read before the next split's staging; the partials are written
   }
 
-  // Last of the (row, head)'s blocks in: fold the partials (as the decode
-  // kernel's last block does, with this warp's 32 threads).
-  __threadfence();
-  __syncwarp();
-  const int n_active = min(kSplits, me.n_chunks);
-  unsigned* counter = done + local * n_head + h;
-  unsigned before = 0;
-  if (lane == 0) before = atomicAdd(counter, 1u);
-  before = __shfl_sync(0xffffffffu, before, 0);
-  if (before != static_cast<unsigned>(n_active - 1)) return;
-  __threadfence();
-  if (lane == 0) *counter = 0u;  // ready for the next launch
-  const size_t first_elem = (r * n_head + h) * head_dim_v;
-  combine_partials(n_active, head_dim_v, (local * n_head + h) * kSplits, part_ms, part_acc, out + first_elem,
-                   first_elem, qo, lane, 32);
+  // Each (row, head)'s partials in split order, by warp k as above (this
+  // block wrote them: the barrier above makes them visible).
+  for (int k = warp; k < n_rows * group; k += n_warps) {
+    const int fr = k / group, h = kvh * group + k % group;
+    const size_t local = static_cast<size_t>(local0 + fr), rr = row0 + local;
+    const size_t first_elem = (rr * n_head + h) * head_dim_v;
+    combine_partials(min(kSplits, rows_s[fr].n_chunks), head_dim_v, (local * n_head + h) * kSplits, part_ms,
+                     part_acc, out + first_elem, first_elem, qo, lane, 32);
+  }
+}
+
+// The prefill kernel's shared memory for a block: the staging, or the
+// shares' states if more.
+size_t prefill_smem_bytes(const AttentionShape& shape, int capacity, int block_rows, int group) {
+  const size_t staging =
+      static_cast<size_t>(capacity) * (shape.head_dim_k / 2 + shape.head_dim_v / 2) * sizeof(float2);
+  const size_t fold = static_cast<size_t>(block_rows) * group * kWarps * (2 + shape.head_dim_v) * sizeof(float);
+  return std::max(staging, fold);
 }
 
 int pairs_per_lane(const AttentionShape& shape) {
@@ -651,8 +753,20 @@ int pairs_per_lane(const AttentionShape& shape) {
 constexpr size_t kMaxHeads = 256;
 constexpr size_t kCounterBytes = kTileRows * kMaxHeads * sizeof(unsigned);
 
+namespace {
+
+// Rows per launch of the prefill kernel, whose blocks (a KV head and 2 rows
+// at the default warps) each walk all their rows' chunks: enough blocks to
+// fill the GPU about once, 256 per launch at 64 rows and 8 KV heads, more
+// rows at fewer KV heads (smollm2's 3: 128 rows, 192 blocks).
+size_t prefill_tile_rows(const AttentionShape& shape) {
+  return kTileRows * (shape.n_head_kv >= 8 ? 1 : shape.n_head_kv >= 3 ? 2 : 4);
+}
+
+}  // namespace
+
 size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows) {
-  const size_t rows = std::min(n_rows, kTileRows);
+  const size_t rows = std::min(n_rows, std::max(kTileRows, prefill_tile_rows(shape)));
   return kCounterBytes + rows * shape.n_head * kSplits * (2 + shape.head_dim_v) * sizeof(float);
 }
 
@@ -689,6 +803,23 @@ bool prefetch_enabled() {
   return enabled;
 }
 
+// The prefill kernel's instantiation: NP pairs per lane, HG heads per
+// warp, heads of 64 * NP dimensions (K and V) with constant strides and no
+// lane checks or not.
+using SharedKernel = decltype(&attention_shared_kernel<1, 1, true>);
+template <int NP>
+SharedKernel shared_kernel_np(int hg, bool full) {
+  if (hg == 1) return full ? attention_shared_kernel<NP, 1, true> : attention_shared_kernel<NP, 1, false>;
+  if (hg == 2) return full ? attention_shared_kernel<NP, 2, true> : attention_shared_kernel<NP, 2, false>;
+  return full ? attention_shared_kernel<NP, 4, true> : attention_shared_kernel<NP, 4, false>;
+}
+SharedKernel shared_kernel(int np, int hg, bool full) {
+  return np == 1   ? shared_kernel_np<1>(hg, full)
+         : np == 2 ? shared_kernel_np<2>(hg, full)
+         : np == 3 ? shared_kernel_np<3>(hg, full)
+                   : shared_kernel_np<4>(hg, full);
+}
+
 // The dynamic shared memory a prefill block may stage in: the device's
 // opt-in limit per block less the kernel's static rows_s. Past the 48 KiB a
 // launch gets by default, each instantiation opts in once, up to that limit
@@ -703,12 +834,14 @@ size_t prefill_staging_limit() {
     check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
     const int bytes = optin - static_cast<int>(sizeof(SharedRow) * kSharedMaxWarps);
-    for (const auto kernel : {attention_shared_kernel<1, false>, attention_shared_kernel<1, true>,
-                              attention_shared_kernel<2, false>, attention_shared_kernel<2, true>,
-                              attention_shared_kernel<3, false>, attention_shared_kernel<3, true>,
-                              attention_shared_kernel<4, false>, attention_shared_kernel<4, true>}) {
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                 "cudaFuncSetAttribute(attention prefill)");
+    for (int np = 1; np <= kMaxPairsPerLane; ++np) {
+      for (const int hg : {1, 2, 4}) {
+        for (const bool full : {false, true}) {
+          check_cuda(cudaFuncSetAttribute(shared_kernel(np, hg, full), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          bytes),
+                     "cudaFuncSetAttribute(attention prefill)");
+        }
+      }
     }
     return static_cast<size_t>(bytes);
   }();
@@ -733,10 +866,12 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
                            std::to_string(shape.n_head_kv) + " KV heads");
   }
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const size_t tile = std::min(n_rows, kTileRows);
   unsigned* done = static_cast<unsigned*>(scratch);
   float* part_ms = reinterpret_cast<float*>(static_cast<char*>(scratch) + kCounterBytes);
-  float* part_acc = part_ms + tile * shape.n_head * kSplits * 2;
+  // The partials' values after the (max, sum) pairs of a launch of `tile_rows` rows.
+  auto part_acc_for = [&](size_t tile_rows) {
+    return part_ms + std::min(n_rows, tile_rows) * shape.n_head * kSplits * 2;
+  };
   const int np = pairs_per_lane(shape);
   const int n_head = static_cast<int>(shape.n_head);
   const int group = static_cast<int>(shape.n_head / shape.n_head_kv);
@@ -749,41 +884,38 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
   }
   if (choice == AttentionKernel::Prefill ||
       (choice == AttentionKernel::Auto && shared_heads && n_rows >= kSharedKvMinRows)) {
-    // block_rows rows x group query heads per block, one warp each.
+    // block_rows rows x kWarps shares x n_sub head sets per block, one warp each.
     if (prefill_warps < 0 || prefill_warps > kSharedMaxWarps) {
       throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
                             " warps: expected 1.." + std::to_string(kSharedMaxWarps) + " (0: the default)");
     }
     const int warps = prefill_warps != 0 ? prefill_warps : kSharedDefaultWarps;
-    const int block_rows = std::max(1, warps / group);
+    const HeadSets sets = head_sets(group);
+    const int per_row = kWarps * sets.n_sub;
+    const int block_rows = std::max(1, warps / per_row);
     const int chunk = chunk_positions(np);
     const int capacity = chunk + block_rows - 1;
-    // At most (32 + 15) positions x 2 KiB (heads of 256) = 94 KiB: every
-    // GPU of compute capability 8.0 on takes that (99 KiB and up per block);
-    // on a smaller one, Auto keeps the decode kernel.
-    const size_t smem =
-        static_cast<size_t>(capacity) * (shape.head_dim_k / 2 + shape.head_dim_v / 2) * sizeof(float2);
+    // At most (32 + 3) positions x 2 KiB (heads of 256) = 70 KiB of
+    // staging, 66 KiB of states: every GPU of compute capability 8.0 on
+    // takes that (99 KiB and up per block); on a smaller one, Auto keeps the
+    // decode kernel.
+    const size_t smem = prefill_smem_bytes(shape, capacity, block_rows, group);
     if (smem <= prefill_staging_limit()) {
-      // Heads of 64 * np dimensions (K and V) take the instantiation with
-      // constant strides and no lane checks.
-      const bool full = hd_k == 64 * np && hd_v == 64 * np;
-      const auto kernel = np == 1   ? (full ? attention_shared_kernel<1, true> : attention_shared_kernel<1, false>)
-                          : np == 2 ? (full ? attention_shared_kernel<2, true> : attention_shared_kernel<2, false>)
-                          : np == 3 ? (full ? attention_shared_kernel<3, true> : attention_shared_kernel<3, false>)
-                                    : (full ? attention_shared_kernel<4, true> : attention_shared_kernel<4, false>);
-      for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
-        const int rows = static_cast<int>(std::min(kTileRows, n_rows - row0));
-        const dim3 grid(splits_used(kv, row0, rows, chunk), static_cast<unsigned>(shape.n_head_kv),
-                        ceil_div(rows, block_rows));
-        launch_dependent(kernel, grid, dim3(32 * block_rows * group), smem, s, kv, shape.n_layer, shape.layer,
+      const auto kernel = shared_kernel(np, sets.hg, hd_k == 64 * np && hd_v == 64 * np);
+      const size_t tile_rows = prefill_tile_rows(shape);
+      float* part_acc = part_acc_for(tile_rows);
+      for (size_t row0 = 0; row0 < n_rows; row0 += tile_rows) {
+        const int rows = static_cast<int>(std::min(tile_rows, n_rows - row0));
+        const dim3 grid(static_cast<unsigned>(shape.n_head_kv), ceil_div(rows, block_rows));
+        launch_dependent(kernel, grid, dim3(32 * block_rows * per_row), smem, s, kv, shape.n_layer, shape.layer,
                          shape.ring, n_head, group, hd_k, hd_v, window, shape.scale, q, row0, rows, block_rows,
-                         capacity, part_ms, part_acc, done, out, qo);
+                         sets.n_sub, capacity, part_ms, part_acc, done, out, qo);
         check_launch("attention (prefill)");
       }
       return;
     }
     if (choice == AttentionKernel::Prefill) {
-      throw InvalidArgument("[cuda attention] the prefill kernel's staging of " + std::to_string(smem) +
+      throw InvalidArgument("[cuda attention] the prefill kernel's shared memory of " + std::to_string(smem) +
                             " bytes is over this GPU's " + std::to_string(prefill_staging_limit()) + " per block");
     }
     // Auto: the decode kernel below gives the same bits.
@@ -793,6 +925,7 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
                       : np == 2 ? attention_partial_kernel<2>
                       : np == 3 ? attention_partial_kernel<3>
                                 : attention_partial_kernel<4>;
+  float* part_acc = part_acc_for(kTileRows);
   for (size_t row0 = 0; row0 < n_rows; row0 += kTileRows) {
     const unsigned rows = static_cast<unsigned>(std::min(kTileRows, n_rows - row0));
     const dim3 grid(splits_used(kv, row0, rows, chunk_positions(np)), static_cast<unsigned>(n_head), rows);
