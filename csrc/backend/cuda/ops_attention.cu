@@ -25,8 +25,9 @@
 // Two kernels compute exactly that: attention_partial_kernel (the decode
 // kernel, one block per (row, query head, split)) and, from 5 rows on,
 // attention_shared_kernel (the prefill kernel, further down: a block per
-// (split, KV head, a few rows) that stages each K/V position once in
-// shared memory for its rows and the KV head's query heads). Their float
+// (KV head, a few rows) that walks all their splits, staging each K/V
+// position once in shared memory for its rows and the KV head's query
+// heads, and folds its partials itself). Their float
 // operations per row are the same, so decode and prefill agree bit for bit
 // (tests/cuda/test_cuda_prefill_attention.py).
 #include <cuda_fp16.h>
@@ -539,7 +540,7 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
                             int head_dim_k_arg, int head_dim_v_arg, int window, float scale,
                             const float* __restrict__ q, size_t row0, int tile_rows, int block_rows, int n_sub,
                             int capacity, float* __restrict__ part_ms, float* __restrict__ part_acc,
-                            unsigned* __restrict__ done, float* __restrict__ out, QuantizedOut qo) {
+                            float* __restrict__ out, QuantizedOut qo) {
   constexpr int G = group_positions(NP);
   constexpr int kChunk = chunk_positions(NP);
   extern __shared__ uint4 staged_raw[];
@@ -909,7 +910,7 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
         const dim3 grid(static_cast<unsigned>(shape.n_head_kv), ceil_div(rows, block_rows));
         launch_dependent(kernel, grid, dim3(32 * block_rows * per_row), smem, s, kv, shape.n_layer, shape.layer,
                          shape.ring, n_head, group, hd_k, hd_v, window, shape.scale, q, row0, rows, block_rows,
-                         sets.n_sub, capacity, part_ms, part_acc, done, out, qo);
+                         sets.n_sub, capacity, part_ms, part_acc, out, qo);
         check_launch("attention (prefill)");
       }
       return;
