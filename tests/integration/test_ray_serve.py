@@ -143,14 +143,18 @@ def test_dropping_a_stream_cancels_the_request_on_its_replica_and_frees_the_slot
     assert all(x["admission"]["in_use"] == 0 for x in stats.values())
 
 
-def test_more_requests_than_replicas_admit_and_callers_queue_get_overloaded(cluster):
+def test_more_requests_than_replicas_admit_and_callers_queue_get_overloaded(cluster, endless):
     capacity = 2 * (SLOTS + MAX_WAITING) + MAX_QUEUED
     outcomes: list[object] = []
     lock = threading.Lock()
 
+    # Admitted requests run their full 64 tokens (no end token), so they hold
+    # their places while the other callers arrive, however slowly a loaded
+    # machine starts the threads (with 24 tokens that could stop early, a CI
+    # run on a busy machine once saw every caller admitted in turn).
     def call(i: int) -> None:
         try:
-            result: object = cluster.generate(f"Overload {i}: count to forty", max_tokens=24, temperature=0)
+            result: object = cluster.generate(f"Overload {i}: count to forty", max_tokens=64, **endless)
         except muser.Overloaded as exc:
             result = exc
         with lock:
