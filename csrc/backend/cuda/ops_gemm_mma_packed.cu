@@ -122,9 +122,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // This thread's 7 16-byte pieces of every stage, at fixed offsets from
   // the stage's chunks: activation quants (rows tid / 16 + 16 j, piece
-  // tid % 16 of the row, j < 4), activation
-  // scales (tid < 128) or weight scales (the others), weight quants
-  // (outputs tid / 8 + 32 j, piece tid % 8 of the output, j < 2).
+  // tid % 16 of the row, j < 4), activation scales (tid < 128) or weight
+  // scales (the others), weight quants (outputs tid / 8 + 32 j, piece
+  // tid % 8 of the output, j < 2).
   const uint8_t* act_src = opaque(x_pack + static_cast<size_t>(blockIdx.x) * n_stages * kActChunk + 16 * tid);
   const uint8_t* w_src = opaque(w_pack + static_cast<size_t>(blockIdx.y) * n_stages * kWChunk + 16 * tid);
   const int qrow = tid / 16;
