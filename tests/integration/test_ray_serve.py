@@ -148,22 +148,31 @@ def test_more_requests_than_replicas_admit_and_callers_queue_get_overloaded(clus
     outcomes: list[object] = []
     lock = threading.Lock()
 
-    # Admitted requests run their full 64 tokens (no end token), so they hold
-    # their places while the other callers arrive, however slowly a loaded
-    # machine starts the threads (with 24 tokens that could stop early, a CI
-    # run on a busy machine once saw every caller admitted in turn).
+    # Admitted requests run a full 256 tokens (no end token), so they hold
+    # their places for seconds.
     def call(i: int) -> None:
         try:
-            result: object = cluster.generate(f"Overload {i}: count to forty", max_tokens=64, **endless)
+            result: object = cluster.generate(f"Overload {i}: count to forty", max_tokens=256, **endless)
         except muser.Overloaded as exc:
             result = exc
         with lock:
             outcomes.append(result)
 
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(2 * capacity)]
-    for thread in threads:
+    # Two waves: Ray checks a caller's queue when a request arrives, so
+    # callers that all arrive at once may all pass the check before any is
+    # counted (a CI run saw 40 simultaneous callers all admitted in turn).
+    # The first wave fills the replicas and the caller's queue; the second
+    # arrives at a full queue.
+    first = [threading.Thread(target=call, args=(i,)) for i in range(capacity)]
+    for thread in first:
         thread.start()
-    for thread in threads:
+    _wait_for(lambda: sum(s["admission"]["in_use"] for s in _live_stats().values()) >= 2 * SLOTS,
+              what="the first callers to fill the replicas' slots")
+    time.sleep(1.0)  # the rest of the first wave reaches the caller's queue
+    second = [threading.Thread(target=call, args=(i,)) for i in range(capacity, 2 * capacity)]
+    for thread in second:
+        thread.start()
+    for thread in first + second:
         thread.join(timeout=300)
         assert not thread.is_alive()
     overloaded = [o for o in outcomes if isinstance(o, muser.Overloaded)]
