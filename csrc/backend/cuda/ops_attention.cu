@@ -759,7 +759,8 @@ namespace {
 // Rows per launch of the prefill kernel, whose blocks (a KV head and 2 rows
 // at the default warps) each walk all their rows' chunks: enough blocks to
 // fill the GPU about once, 256 per launch at 64 rows and 8 KV heads, more
-// rows at fewer KV heads (smollm2's 3: 128 rows, 192 blocks).
+// rows at fewer KV heads (smollm2's 3: 128 rows, 192 blocks). Never fewer
+// than the decode kernel's kTileRows, so the scratch sized for it holds both.
 size_t prefill_tile_rows(const AttentionShape& shape) {
   return kTileRows * (shape.n_head_kv >= 8 ? 1 : shape.n_head_kv >= 3 ? 2 : 4);
 }
@@ -767,7 +768,7 @@ size_t prefill_tile_rows(const AttentionShape& shape) {
 }  // namespace
 
 size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows) {
-  const size_t rows = std::min(n_rows, std::max(kTileRows, prefill_tile_rows(shape)));
+  const size_t rows = std::min(n_rows, prefill_tile_rows(shape));
   return kCounterBytes + rows * shape.n_head * kSplits * (2 + shape.head_dim_v) * sizeof(float);
 }
 
