@@ -112,8 +112,10 @@ constexpr size_t kMaxDecodeTargets = 3;
 // matvec for `count` (1..kMaxDecodeTargets) matrices of one type that read
 // the same x (a layer's q, k and v; gate and up): 1..4 rows run as one
 // decode launch over all of them (small matrices such as k and v fill the
-// GPU only together), more rows as one matvec per target. Each output's
-// bits are those matvec gives it alone.
+// GPU only together), kGemmMinRows rows and more as one packed GEMM launch
+// where every target has a packed copy (gemm_mma_targets), other row counts
+// as one matvec per target. Each output's bits are those matvec gives it
+// alone.
 void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                     void* stream);
 
@@ -323,6 +325,15 @@ bool has_gemm_mma(DType type);
 // copy into x.gemm_pack, then reads only the packed operands.
 bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
               size_t ld_y, void* stream, const void* w_packed = nullptr);
+
+// gemm_mma for `count` (1..kMaxDecodeTargets) matrices that read the same x
+// (a layer's q, k and v; gate and up) as one packed launch, x packed once:
+// k and v alone are about one short wave of blocks each. Launches and
+// returns true when every target takes the packed version (each w_packed
+// set, x.gemm_pack set, gemm_packs(type), gemm_mma's alignment); false
+// (nothing enqueued) otherwise. Each output's bits are gemm_mma's.
+bool gemm_mma_targets(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                      void* stream);
 
 // The packed GEMM (the default for Q4_0; MUSER_CUDA_GEMM=v1, read once,
 // turns it off): whether gemm_mma reads weights of `type` from a

@@ -150,12 +150,19 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
                           " matrices, one n_out each");
   }
   Stream stream;
-  std::vector<DeviceBuffer> dw, dy;
+  std::vector<DeviceBuffer> dw, dw_packed, dy;
   std::vector<cuda::MatvecTarget> targets;
   for (size_t i = 0; i < ws.size(); ++i) {
     dw.push_back(upload_weights(type, ws[i], n_outs[i], k));
+    // The GEMM's packed copy, as the backend makes it at upload.
+    const size_t packed_bytes = cuda::gemm_packed_weight_bytes(type, n_outs[i], k);
+    dw_packed.emplace_back(packed_bytes, "packed weights");
+    if (packed_bytes != 0) {
+      cuda::gemm_pack_weights(type, dw.back().get(), n_outs[i], k, dw_packed.back().get(), stream.get());
+    }
     dy.emplace_back(std::max<size_t>(1, n_rows * n_outs[i]) * sizeof(float), "y");
-    targets.push_back({dw.back().get(), n_outs[i], dy.back().as<float>(), n_outs[i]});
+    targets.push_back({dw.back().get(), n_outs[i], dy.back().as<float>(), n_outs[i],
+                       packed_bytes != 0 ? dw_packed.back().get() : nullptr});
   }
   const DeviceActivations act(type, x, n_rows, k, stream.get());
   cuda::matvec_targets(type, targets.data(), targets.size(), act.view, n_rows, stream.get());

@@ -249,12 +249,13 @@ void launch_gemm_v1(DType type, const void* w, size_t n_out, const ActivationVie
                     size_t ld_y, cudaStream_t stream);
 
 // The packed version (ops_gemm_mma_packed.cu, Q4_0): the sizes of its
-// packed operands, the weights' packing, and the launch (the activations'
-// packing into x.gemm_pack, then the GEMM on w_packed).
+// packed operands, the weights' packing, and the launch for 1..3 targets
+// that read x (the activations' packing into x.gemm_pack, once, then one
+// GEMM launch over every target's w_packed).
 size_t packed_weight_bytes(size_t n_out, size_t k);
 size_t packed_activation_bytes(size_t n_rows, size_t k);
 void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream);
-void launch_gemm_packed(const void* w_packed, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-                        size_t ld_y, cudaStream_t stream);
+void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                        cudaStream_t stream);
 
 }  // namespace muser::cuda::gemm

@@ -94,9 +94,12 @@ size_t gemm_activation_pack_bytes(ActivationFormat format, size_t n_rows, size_t
   return gemm::packed_activation_bytes(n_rows, k);
 }
 
-bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
-              void* stream_ptr, const void* w_packed) {
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+namespace {
+
+// Whether the GEMM takes weights w (n_out rows) of `type` with activations
+// x: types with has_gemm_mma, the activation format they need (else an
+// InternalError), and the alignment its copies need.
+bool gemm_takes(DType type, const void* w, size_t n_out, const ActivationView& x) {
   if (!has_gemm_mma(type)) return false;
   if (x.format != activation_format(type) || x.k % 32 != 0) {
     throw InternalError(std::string("[cuda gemm_mma] ") + dtype_info(type).name + " weights need " +
@@ -112,15 +115,41 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
     return false;
   }
   // The kernels' offsets inside a 64-row tile of either operand are 32-bit.
-  if (gemm::kTileRows * std::max(row_bytes, x.k) >= (size_t{1} << 32)) return false;
+  return gemm::kTileRows * std::max(row_bytes, x.k) < (size_t{1} << 32);
+}
+
+// Whether the packed version runs: a packed copy of w and room for x's.
+bool packed_for(DType type, const void* w_packed, const ActivationView& x) {
+  return w_packed != nullptr && x.gemm_pack != nullptr && gemm_packs(type);
+}
+
+}  // namespace
+
+bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y, size_t ld_y,
+              void* stream_ptr, const void* w_packed) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (!gemm_takes(type, w, n_out, x)) return false;
   if (n_rows == 0 || n_out == 0) return true;
   // The packed operands: the weights' copy from gemm_pack_weights, room for
   // the activations' in the view (sized for at least n_rows rows).
-  if (w_packed != nullptr && x.gemm_pack != nullptr && gemm_packs(type)) {
-    gemm::launch_gemm_packed(w_packed, n_out, x, n_rows, y, ld_y, stream);
+  if (packed_for(type, w_packed, x)) {
+    const MatvecTarget target{w, n_out, y, ld_y, w_packed};
+    gemm::launch_gemm_packed(&target, 1, x, n_rows, stream);
     return true;
   }
   gemm::launch_gemm_v1(type, w, n_out, x, n_rows, y, ld_y, stream);
+  return true;
+}
+
+bool gemm_mma_targets(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                      void* stream) {
+  if (count == 0 || count > kMaxDecodeTargets) return false;
+  for (size_t i = 0; i < count; ++i) {
+    if (!gemm_takes(type, targets[i].w, targets[i].n_out, x) || !packed_for(type, targets[i].w_packed, x)) {
+      return false;
+    }
+  }
+  gemm::launch_gemm_packed(targets, count, x, n_rows, static_cast<cudaStream_t>(stream));
   return true;
 }
 

@@ -93,8 +93,21 @@ __device__ __forceinline__ void ldmatrix_x4_at(int (&r)[4], unsigned addr) {
                : "r"(addr));
 }
 
-// Grid: (row tiles, output tiles); row tiles vary fastest, so the blocks
-// that share a weight tile run together and read it from L2.
+// The matrices of one launch (1..kMaxDecodeTargets: a layer's q, k and v, or
+// gate and up), which read the same activations: their packed weights,
+// outputs, and the output tiles before each (tiles_before[count] = all).
+struct PackedTargets {
+  const uint8_t* w[kMaxDecodeTargets];
+  float* y[kMaxDecodeTargets];
+  size_t n_out[kMaxDecodeTargets];
+  size_t ld_y[kMaxDecodeTargets];
+  unsigned tiles_before[kMaxDecodeTargets + 1];
+  int count;
+};
+
+// Grid: (row tiles, output tiles of all the targets, target after target);
+// row tiles vary fastest, so the blocks that share a weight tile run together
+// and read it from L2.
 //
 // The stage loop: at the top of iteration s, this thread's copies of stage s
 // have landed (wait_group), then the barrier makes everyone's visible and
@@ -102,9 +115,19 @@ __device__ __forceinline__ void ldmatrix_x4_at(int (&r)[4], unsigned addr) {
 // s + kBufs - 1.
 template <int kP>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_packed_kernel(const uint8_t* __restrict__ w_pack, const uint8_t* __restrict__ x_pack, int stages_per_class,
-                       size_t n_rows, size_t n_out, float* __restrict__ y, size_t ld_y) {
+    gemm_packed_kernel(PackedTargets targets, const uint8_t* __restrict__ x_pack, int stages_per_class,
+                       size_t n_rows) {
   using T = TypeQ4_0;
+  // This block's target and output tile within it (block-uniform; picked
+  // with constant indices, so the parameters stay where they are).
+  const int target = (targets.count > 1 && blockIdx.y >= targets.tiles_before[1]) +
+                     (targets.count > 2 && blockIdx.y >= targets.tiles_before[2]);
+  auto pick = [&](const auto& field) { return target == 0 ? field[0] : target == 1 ? field[1] : field[2]; };
+  static_assert(kMaxDecodeTargets == 3, "pick chooses among three targets");
+  const uint8_t* __restrict__ w_pack = pick(targets.w);
+  const size_t n_out = pick(targets.n_out), ld_y = pick(targets.ld_y);
+  float* __restrict__ y = pick(targets.y);
+  const unsigned out_tile = blockIdx.y - pick(targets.tiles_before);
   dependent_launch_begin();  // before the first read of the packed activations (dependent_launch.cuh)
   extern __shared__ int4 smem_packed[];
   const unsigned smem0 = smem_addr(smem_packed);
@@ -117,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int warp_row = (warp % 2) * kWarpRows, warp_out = (warp / 2) * kWarpOut;
   const size_t r0 = static_cast<size_t>(blockIdx.x) * kTileRows;
-  const size_t n0 = static_cast<size_t>(blockIdx.y) * kTileOut;
+  const size_t n0 = static_cast<size_t>(out_tile) * kTileOut;
   const bool warp_active = r0 + warp_row < n_rows && n0 + warp_out < n_out;
 
   // This thread's 7 16-byte pieces of every stage, at fixed offsets from
@@ -126,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // scales (the others), weight quants (outputs tid / 8 + 32 j, piece
   // tid % 8 of the output, j < 2).
   const uint8_t* act_src = opaque(x_pack + static_cast<size_t>(blockIdx.x) * n_stages * kActChunk + 16 * tid);
-  const uint8_t* w_src = opaque(w_pack + static_cast<size_t>(blockIdx.y) * n_stages * kWChunk + 16 * tid);
+  const uint8_t* w_src = opaque(w_pack + static_cast<size_t>(out_tile) * n_stages * kWChunk + 16 * tid);
   const int qrow = tid / 16;
   const unsigned act_q_dst = opaque(static_cast<unsigned>(qrow * 256 + 16 * ((tid % 16) ^ (qrow % 8))));
   const int wcol = tid / 8;
@@ -366,8 +389,21 @@ void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStr
   });
 }
 
-void launch_gemm_packed(const void* w_packed, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
-                        size_t ld_y, cudaStream_t stream) {
+void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                        cudaStream_t stream) {
+  PackedTargets packed{};
+  packed.count = static_cast<int>(count);
+  unsigned tiles = 0;
+  for (size_t i = 0; i < count; ++i) {
+    packed.w[i] = static_cast<const uint8_t*>(targets[i].w_packed);
+    packed.y[i] = targets[i].y;
+    packed.n_out[i] = targets[i].n_out;
+    packed.ld_y[i] = targets[i].ld_y;
+    packed.tiles_before[i] = tiles;
+    tiles += static_cast<unsigned>(ceil_tiles(targets[i].n_out, kTileOut));
+  }
+  packed.tiles_before[count] = tiles;
+  if (tiles == 0 || n_rows == 0) return;
   with_walk(x.k, [&]<int kP>(int stages_per_class) {
     const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
     const size_t n_items = ceil_tiles(n_rows, kTileRows) * n_stages * kTileRows * kStageUnits;
@@ -378,10 +414,9 @@ void launch_gemm_packed(const void* w_packed, size_t n_out, const ActivationView
     static const cudaError_t opted_in = cudaFuncSetAttribute(
         gemm_packed_kernel<kP>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
     check_cuda(opted_in, "cudaFuncSetAttribute(gemm_packed)");
-    const dim3 grid(ceil_div(n_rows, kTileRows), ceil_div(n_out, kTileOut));
-    launch_dependent(gemm_packed_kernel<kP>, grid, dim3(kThreads), kSmemBytes, stream,
-                     static_cast<const uint8_t*>(w_packed), static_cast<const uint8_t*>(x.gemm_pack),
-                     stages_per_class, n_rows, n_out, y, ld_y);
+    const dim3 grid(ceil_div(n_rows, kTileRows), tiles);
+    launch_dependent(gemm_packed_kernel<kP>, grid, dim3(kThreads), kSmemBytes, stream, packed,
+                     static_cast<const uint8_t*>(x.gemm_pack), stages_per_class, n_rows);
     check_launch("gemm_packed");
   });
 }
