@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <string>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
@@ -496,8 +497,19 @@ constexpr int kSharedMaxWarps = 16;
 
 // Warps per prefill block by default (2 rows of a KV head of up to 4 query
 // heads). 16 measured faster for llama3-8b's pp512 attention alone (H100,
-// s12-3: 263 against 291 us per layer) but was not run end to end.
+// s12-3: 263 against 291 us per layer) but was not run end to end;
+// MUSER_CUDA_PREFILL_WARPS=16 (or 4, 8, 12) sets it for A/B runs (the same
+// bits at any count). Once per process, like MUSER_CUDA_PDL.
 constexpr int kSharedDefaultWarps = 8;
+int default_prefill_warps() {
+  static const int warps = [] {
+    for (const int w : {4, 8, 12, 16}) {
+      if (env_is("MUSER_CUDA_PREFILL_WARPS", std::to_string(w).c_str())) return w;
+    }
+    return kSharedDefaultWarps;
+  }();
+  return warps;
+}
 
 // The prefill kernel's warp layout for `group` query heads per KV head.
 struct HeadSets {
@@ -891,7 +903,7 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
       throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
                             " warps: expected 1.." + std::to_string(kSharedMaxWarps) + " (0: the default)");
     }
-    const int warps = prefill_warps != 0 ? prefill_warps : kSharedDefaultWarps;
+    const int warps = prefill_warps != 0 ? prefill_warps : default_prefill_warps();
     const HeadSets sets = head_sets(group);
     const int per_row = kWarps * sets.n_sub;
     const int block_rows = std::max(1, warps / per_row);

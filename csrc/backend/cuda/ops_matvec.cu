@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/weight_units.cuh"
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace muser::cuda {
@@ -106,8 +107,14 @@ void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const
                         std::to_string(kMaxDecodeTargets) + ")");
   }
   if (n_rows > 4 || count == 1) {
-    // Prefill: one packed GEMM launch over all the targets where each takes it.
-    if (count > 1 && n_rows >= kGemmMinRows && gemm_mma_targets(type, targets, count, x, n_rows, stream)) return;
+    // Prefill: one packed GEMM launch over all the targets where each takes
+    // it (MUSER_CUDA_GEMM_TARGETS=0: one per target, for A/B runs; the same
+    // bits either way).
+    static const bool one_launch = !env_is("MUSER_CUDA_GEMM_TARGETS", "0");
+    if (one_launch && count > 1 && n_rows >= kGemmMinRows &&
+        gemm_mma_targets(type, targets, count, x, n_rows, stream)) {
+      return;
+    }
     for (size_t i = 0; i < count; ++i) {
       matvec(type, targets[i].w, targets[i].n_out, x, n_rows, targets[i].y, targets[i].ld_y, stream,
              targets[i].w_packed);
