@@ -80,7 +80,7 @@ def test_prefill_kernel_bits_do_not_depend_on_its_warps_per_block(name, warps):
 
 
 @pytest.mark.parametrize("n_head,n_head_kv,hd_k,hd_v,warps", [
-    (16, 16, 256, 256, 16),  # 4 rows a block over 35 positions of heads of 256: the largest staging, 70 KiB
+    (16, 16, 256, 256, 16),  # 4 rows a block over 35 positions of heads of 256: the largest staging
     (8, 2, 100, 100, 8),     # rows of 50 pairs (not a multiple of 4): staged a pair at a time
     (4, 2, 128, 64, 0),      # K and V heads of other sizes
     (6, 3, 160, 160, 12),    # heads short of 64 * pairs per lane
@@ -88,7 +88,7 @@ def test_prefill_kernel_bits_do_not_depend_on_its_warps_per_block(name, warps):
     (24, 2, 128, 128, 8),    # 12 heads per KV head: three sets of 4, 12 warps a row
 ])
 def test_prefill_kernel_bits_at_the_largest_staging_and_uneven_heads(n_head, n_head_kv, hd_k, hd_v, warps):
-    """The staging (K/V converted to floats once, as shared memory of up to
+    """The staging (K/V copied ahead into two shared-memory buffers, up to
     70 KiB per block) and the instantiations for heads not of 64 * NP
     dimensions: every row keeps the decode kernel's bits."""
     rng = np.random.default_rng(hd_k + hd_v + warps)

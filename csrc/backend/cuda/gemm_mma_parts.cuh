@@ -3,11 +3,12 @@
 // ops_gemm_mma_packed.cu the kernel on packed copies, the Q4_0 default;
 // ops_gemm_mma_v1.cu the first version, on the GGUF blocks): the block tile
 // and stage sizes, the class walk, the pairwise tree stack, shared-memory
-// layout helpers, cp.async, ldmatrix and the int8 MMA.
+// layout helpers, ldmatrix and the int8 MMA (cp.async: cp_async.cuh).
 #pragma once
 
 #include <cstdint>
 
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/weight_units.cuh"
 
@@ -64,31 +65,6 @@ struct RawBlock {
   static constexpr int kStride = kWords | 1;
 };
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// Asynchronous global -> shared copies of 4 and 16 bytes; bytes past
-// src_bytes (0..size) are not read and land as zeros.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, unsigned src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, unsigned src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-// The same with the destination as a shared-memory address (smem_addr) and
-// a copy of 4 bytes that happens only if `copy` (no zero fill).
-__device__ __forceinline__ void cp_async4_to(unsigned dst, const void* src, unsigned src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, unsigned src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async4_if(bool copy, unsigned dst, const void* src) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p cp.async.ca.shared.global [%1], [%2], 4;\n}\n" ::"r"(
-          static_cast<int>(copy)),
-      "r"(dst), "l"(src));
-}
 // p itself, as a value the compiler cannot recompute: per-lane pointers set
 // up once stay in registers instead of being rebuilt from the kernel
 // parameters at every use (which a kernel at its register limit otherwise
@@ -102,14 +78,6 @@ __device__ __forceinline__ unsigned opaque(unsigned v) {
   asm volatile("" : "+r"(v));
   return v;
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most kPending of this thread's committed groups are still
-// in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 __device__ __forceinline__ int bitrev5(int i) { return static_cast<int>(__brev(static_cast<unsigned>(i)) >> 27); }
 
 __host__ __device__ constexpr int trailing_ones(int i) { return (i & 1) ? 1 + trailing_ones(i >> 1) : 0; }

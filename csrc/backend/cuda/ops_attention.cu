@@ -39,6 +39,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
@@ -464,8 +465,9 @@ __global__ void __launch_bounds__(kThreads)
 // (row, head)'s partials itself: no counters, no block waiting on others.
 //
 // What stays exactly the decode kernel's, for every (row, head):
-// - the K and V values: staged as floats, converted once from the planes'
-//   f16 (exactly, as the decode kernel converts them in registers);
+// - the K and V values: staged as the planes' f16 pairs, converted to
+//   floats where read (exactly, as the decode kernel converts them in
+//   registers);
 // - the split/chunk partition and, per chunk, the four warp shares of G
 //   positions (warp w of the decode kernel is share w here too);
 // - a share's group update: update_group, the decode kernel's own (K/V
@@ -529,23 +531,14 @@ struct SharedRow {
   int pos, first, n_chunks, ring_rows;
 };
 
-// Four pairs of a plane row, one 16-byte read, into shared memory as floats
-// (the wide staging's rows hold a multiple of 4 pairs: dst stays 16-byte aligned).
-__device__ __forceinline__ void stage_four(const __half2* src, float2* dst) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-  const float2 f0 = __half22float2(h[0]), f1 = __half22float2(h[1]);
-  const float2 f2 = __half22float2(h[2]), f3 = __half22float2(h[3]);
-  reinterpret_cast<float4*>(dst)[0] = make_float4(f0.x, f0.y, f1.x, f1.y);
-  reinterpret_cast<float4*>(dst)[1] = make_float4(f2.x, f2.y, f3.x, f3.y);
-}
-
 // Grid (n_head_kv, ceil(tile_rows / block_rows)), block_rows * kWarps *
-// n_sub warps; dynamic shared memory: `capacity` K rows then
-// `capacity` V rows of the KV head, as float pairs (capacity = kChunk +
-// block_rows - 1 positions: one chunk plus the spread of the rows' window
-// starts), reused for the shares' states after each split. kFull:
-// heads of 64 * NP dimensions for both K and V (see update_group).
+// n_sub warps; dynamic shared memory (prefill_smem_bytes): two staging
+// buffers of `capacity` K rows then `capacity` V rows of the KV head, as the
+// planes' half2 pairs (capacity = kChunk + block_rows - 1 positions: one
+// chunk plus the spread of the rows' window starts), copied with cp.async one
+// step ahead of the step that reads them, then the shares' states after a
+// split. kFull: heads of 64 * NP dimensions for both K and V (see
+// update_group).
 template <int NP, int HG, bool kFull>
 __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
     attention_shared_kernel(KvRows kv, uint32_t n_layer, uint32_t layer, bool ring, int n_head, int group,
@@ -602,134 +595,171 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
       }
     }
   }
-  float2* ks = reinterpret_cast<float2*>(staged_raw);
-  float2* vs = ks + static_cast<size_t>(capacity) * pairs_k;
-  // The shares' states after a split, in the staging's room: (m, l) at
-  // fold_ml[2 i], the values at fold_acc[i * pairs_v], i = (row * group +
-  // head) * kWarps + share.
-  float* fold_ml = reinterpret_cast<float*>(staged_raw);
+  // Shared memory: two staging buffers (K rows then V rows of `capacity`
+  // positions each, as the planes' half2 pairs), then the shares' states
+  // after a split: (m, l) at fold_ml[2 i], the values at fold_acc[i *
+  // pairs_v], i = (row * group + head) * kWarps + share.
+  const size_t buf_pairs = static_cast<size_t>(capacity) * (pairs_k + pairs_v);
+  __half2* staged = reinterpret_cast<__half2*>(staged_raw);
+  float* fold_ml = reinterpret_cast<float*>(staged + 2 * buf_pairs);
   float2* fold_acc = reinterpret_cast<float2*>(fold_ml + 2 * block_rows * group * kWarps);
-
   const int n_splits = min(kSplits, max_chunks);
-  for (int z = 0; z < n_splits; ++z) {
-    const bool active = has_row && z < me.n_chunks;
-    float m[HG], l[HG];
-    float2 acc[HG][NP];
-#pragma unroll
-    for (int hh = 0; hh < HG; ++hh) {
-      m[hh] = -INFINITY;
-      l[hh] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < NP; ++j) acc[hh][j] = make_float2(0.0f, 0.0f);
+
+  // The block's staging steps in order: per split z, its chunks c = z, z +
+  // kSplits, ..., per chunk its rounds of rows staged together (from the
+  // first row still taking the chunk, the rows that read the same planes and
+  // whose chunk-c windows fit together in `capacity` positions; in a prefill
+  // segment one round of all). Every thread walks the same steps.
+  struct Step {
+    int z, c, i0, i1, lo, hi, lead;
+  };
+  // The round of chunk c from row i0 on, or lead == n_rows if no row from i0 takes the chunk.
+  auto round_from = [&](int z, int c, int i0) {
+    Step st{z, c, i0, n_rows, 0, 0, i0};
+    while (st.lead < n_rows && c >= rows_s[st.lead].n_chunks) ++st.lead;
+    if (st.lead == n_rows) return st;
+    const SharedRow& L = rows_s[st.lead];
+    st.lo = L.first + c * kChunk;
+    st.hi = min(L.pos + 1, st.lo + kChunk);
+    int i1 = st.lead + 1;
+    for (; i1 < n_rows; ++i1) {
+      const SharedRow& o = rows_s[i1];
+      if (c >= o.n_chunks) continue;
+      const int o_lo = o.first + c * kChunk;
+      const int o_hi = min(o.pos + 1, o_lo + kChunk);
+      const int new_lo = min(st.lo, o_lo), new_hi = max(st.hi, o_hi);
+      if (o.k != L.k || o.v != L.v || o.ring_rows != L.ring_rows || new_hi - new_lo > capacity) break;
+      st.lo = new_lo;
+      st.hi = new_hi;
     }
-    for (int c = z; c < max_chunks; c += kSplits) {
-      // Rounds of rows staged together: from the first row still taking a
-      // chunk, the rows that read the same planes and whose chunk-c windows
-      // fit together in `capacity` positions (in a prefill segment: all).
-      // Every thread computes the same rounds from rows_s.
-      int i0 = 0;
-      while (i0 < n_rows) {
-        int lead = i0;
-        while (lead < n_rows && c >= rows_s[lead].n_chunks) ++lead;
-        if (lead == n_rows) break;
-        const SharedRow L = rows_s[lead];
-        int lo = L.first + c * kChunk;
-        int hi = min(L.pos + 1, lo + kChunk);
-        int i1 = lead + 1;
-        for (; i1 < n_rows; ++i1) {
-          const SharedRow& o = rows_s[i1];
-          if (c >= o.n_chunks) continue;
-          const int o_lo = o.first + c * kChunk;
-          const int o_hi = min(o.pos + 1, o_lo + kChunk);
-          const int new_lo = min(lo, o_lo), new_hi = max(hi, o_hi);
-          if (o.k != L.k || o.v != L.v || o.ring_rows != L.ring_rows || new_hi - new_lo > capacity) break;
-          lo = new_lo;
-          hi = new_hi;
+    st.i1 = i1;
+    return st;
+  };
+  // The step after `st` (z == n_splits: none). A chunk below max_chunks has
+  // a row that takes it, so its first round exists.
+  auto next_step = [&](const Step& st) {
+    Step nx = round_from(st.z, st.c, st.i1);
+    if (nx.lead < n_rows) return nx;
+    if (st.c + kSplits < max_chunks) return round_from(st.z, st.c + kSplits, 0);
+    if (st.z + 1 < n_splits) return round_from(st.z + 1, st.z + 1, 0);
+    nx.z = n_splits;
+    return nx;
+  };
+  // Copies positions [lo, hi) of the step's planes into buffer `buf`
+  // (cp.async: 16 bytes where rows and planes allow, else 4), then commits
+  // the group (empty past the last step, so every wait counts alike).
+  auto issue = [&](const Step& st, int buf) {
+    if (st.z < n_splits) {
+      const SharedRow& L = rows_s[st.lead];
+      __half2* ks = staged + buf * buf_pairs;
+      __half2* vs = ks + static_cast<size_t>(capacity) * pairs_k;
+      const int n_pos = st.hi - st.lo;
+      const bool wide = pairs_k % 4 == 0 && pairs_v % 4 == 0 &&
+                        ((reinterpret_cast<uintptr_t>(L.k) | reinterpret_cast<uintptr_t>(L.v)) % 16) == 0;
+      const int unit = wide ? 4 : 1;  // pairs per copy
+      const int per_k = pairs_k / unit, per_pos = per_k + pairs_v / unit;
+      for (int i = threadIdx.x; i < n_pos * per_pos; i += blockDim.x) {
+        const int pi = i / per_pos, e = i % per_pos;
+        const int p = st.lo + pi;
+        const size_t slot = ring ? static_cast<size_t>(p % L.ring_rows) : static_cast<size_t>(p);
+        const bool is_k = e < per_k;
+        const __half2* src = is_k ? L.k + slot * k_stride + e * unit : L.v + slot * v_stride + (e - per_k) * unit;
+        __half2* dst = is_k ? ks + pi * pairs_k + e * unit : vs + pi * pairs_v + (e - per_k) * unit;
+        if (wide) {
+          cp_async16(dst, src, 16);
+        } else {
+          cp_async4(dst, src, 4);
         }
-        // Stage positions [lo, hi) of the round's planes (16-byte reads
-        // when rows and planes allow them) as floats: every warp of the block
-        // reads each staged pair, so converting here once saves a conversion
-        // per warp; the conversion is exact, so the values are the same.
-        const int n_pos = hi - lo;
-        const bool wide = pairs_k % 4 == 0 && pairs_v % 4 == 0 &&
-                          ((reinterpret_cast<uintptr_t>(L.k) | reinterpret_cast<uintptr_t>(L.v)) % 16) == 0;
-        const int unit = wide ? 4 : 1;  // pairs per copy
-        const int per_k = pairs_k / unit, per_pos = per_k + pairs_v / unit;
-        for (int i = threadIdx.x; i < n_pos * per_pos; i += blockDim.x) {
-          const int pi = i / per_pos, e = i % per_pos;
-          const int p = lo + pi;
-          const size_t slot = ring ? static_cast<size_t>(p % L.ring_rows) : static_cast<size_t>(p);
-          const bool is_k = e < per_k;
-          const __half2* src = is_k ? L.k + slot * k_stride + e * unit : L.v + slot * v_stride + (e - per_k) * unit;
-          float2* dst = is_k ? ks + pi * pairs_k + e * unit : vs + pi * pairs_v + (e - per_k) * unit;
-          if (wide) {
-            stage_four(src, dst);
-          } else {
-            *dst = __half22float2(*src);
-          }
-        }
-        __syncthreads();
-        if (active && ri >= i0 && ri < i1 && c < me.n_chunks) {
-          const int g0 = me.first + c * kChunk + share * G;  // the share's first position of the chunk
-          const int count = min(G, me.pos + 1 - g0);          // warp-uniform
-          const float2* ks_at = ks + static_cast<size_t>(g0 - lo) * pairs_k;
-          const float2* vs_at = vs + static_cast<size_t>(g0 - lo) * pairs_v;
-          auto k_at = [&](int g, int, int d2, int pairs) { return ks_at[g * pairs + d2]; };
-          auto v_at = [&](int g, int, int d2, int pairs) { return vs_at[g * pairs + d2]; };
-          if (count == G) {
-            update_group<NP, HG, kFull, true>(k_at, v_at, pairs_k, pairs_v, G, qv, scale, lane, m, l, acc);
-          } else if (count > 0) {
-            update_group<NP, HG, kFull, false>(k_at, v_at, pairs_k, pairs_v, count, qv, scale, lane, m, l, acc);
-          }
-        }
-        __syncthreads();  // the round's readers are done before the next staging
-        i0 = i1;
       }
     }
+    cp_async_commit();
+  };
 
-    // The shares' states into shared memory (the staging is free since the
-    // last round's barrier).
-    if (active) {
+  float m[HG], l[HG];
+  float2 acc[HG][NP];
+  Step cur = round_from(0, 0, 0);
+  issue(cur, 0);
+  for (int n = 0; cur.z < n_splits; ++n) {
+    const int z = cur.z;
+    const bool active = has_row && z < me.n_chunks;
+    if (cur.c == z && cur.i0 == 0) {  // a split's first step: fresh states
 #pragma unroll
       for (int hh = 0; hh < HG; ++hh) {
-        if (set0 + hh >= group) break;
-        const int i = (ri * group + set0 + hh) * kWarps + share;
-        if (lane == 0) {
-          fold_ml[2 * i] = m[hh];
-          fold_ml[2 * i + 1] = l[hh];
-        }
+        m[hh] = -INFINITY;
+        l[hh] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < NP; ++j) {
-          const int d2 = lane + 32 * j;
-          if (d2 < pairs_v) fold_acc[static_cast<size_t>(i) * pairs_v + d2] = acc[hh][j];
+        for (int j = 0; j < NP; ++j) acc[hh][j] = make_float2(0.0f, 0.0f);
+      }
+    }
+    // The next step's copies go to the other buffer, whose readers finished
+    // before the last barrier; they run while this step computes.
+    const Step nx = next_step(cur);
+    issue(nx, (n + 1) % 2);
+    cp_async_wait<1>();  // this thread's copies of this step
+    __syncthreads();     // everyone's
+    if (active && ri >= cur.i0 && ri < cur.i1 && cur.c < me.n_chunks) {
+      const int g0 = me.first + cur.c * kChunk + share * G;  // the share's first position of the chunk
+      const int count = min(G, me.pos + 1 - g0);              // warp-uniform
+      const __half2* ks_at = staged + (n % 2) * buf_pairs + static_cast<size_t>(g0 - cur.lo) * pairs_k;
+      const __half2* vs_at =
+          staged + (n % 2) * buf_pairs + static_cast<size_t>(capacity) * pairs_k + static_cast<size_t>(g0 - cur.lo) * pairs_v;
+      // The conversion is exact, as the decode kernel's of the same pairs.
+      auto k_at = [&](int g, int, int d2, int pairs) { return __half22float2(ks_at[g * pairs + d2]); };
+      auto v_at = [&](int g, int, int d2, int pairs) { return __half22float2(vs_at[g * pairs + d2]); };
+      if (count == G) {
+        update_group<NP, HG, kFull, true>(k_at, v_at, pairs_k, pairs_v, G, qv, scale, lane, m, l, acc);
+      } else if (count > 0) {
+        update_group<NP, HG, kFull, false>(k_at, v_at, pairs_k, pairs_v, count, qv, scale, lane, m, l, acc);
+      }
+    }
+    if (nx.z != z) {
+      // The split's last step: the shares' states into shared memory, then
+      // warp k folds (row k / group, head k % group)'s shares in share order
+      // (the decode kernel's warp fold) into the split's partial.
+      // n_rows * group <= n_warps: at most one pair a warp.
+      if (active) {
+#pragma unroll
+        for (int hh = 0; hh < HG; ++hh) {
+          if (set0 + hh >= group) break;
+          const int i = (ri * group + set0 + hh) * kWarps + share;
+          if (lane == 0) {
+            fold_ml[2 * i] = m[hh];
+            fold_ml[2 * i + 1] = l[hh];
+          }
+#pragma unroll
+          for (int j = 0; j < NP; ++j) {
+            const int d2 = lane + 32 * j;
+            if (d2 < pairs_v) fold_acc[static_cast<size_t>(i) * pairs_v + d2] = acc[hh][j];
+          }
+        }
+      }
+      __syncthreads();
+      for (int k = warp; k < n_rows * group; k += n_warps) {
+        const int fr = k / group, fh = k % group;
+        if (z >= rows_s[fr].n_chunks) continue;
+        const size_t local = static_cast<size_t>(local0 + fr);
+        const int i0 = (fr * group + fh) * kWarps;
+        float ms[kWarps], ls[kWarps];
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          ms[w] = fold_ml[2 * (i0 + w)];
+          ls[w] = fold_ml[2 * (i0 + w) + 1];
+        }
+        const ShareFold fold = fold_shares(ms);
+        const size_t partial = (local * n_head + kvh * group + fh) * kSplits + z;
+        if (lane == 0) store_fold(fold, ls, part_ms + 2 * partial);
+        float2* pa = reinterpret_cast<float2*>(part_acc + partial * head_dim_v);
+        for (int d2 = lane; d2 < pairs_v; d2 += 32) {
+          pa[d2] = fold_pair(fold, [&](int w) { return fold_acc[static_cast<size_t>(i0 + w) * pairs_v + d2]; });
         }
       }
     }
+    // This step's buffer (and a split's states) are read before the step
+    // after next copies into it; a split's partials are written.
     __syncthreads();
-    // Warp k folds (row k / group, head k % group)'s shares in share order
-    // (the decode kernel's warp fold) into the split's partial.
-    // n_rows * group <= n_warps: at most one pair a warp.
-    for (int k = warp; k < n_rows * group; k += n_warps) {
-      const int fr = k / group, fh = k % group;
-      if (z >= rows_s[fr].n_chunks) continue;
-      const size_t local = static_cast<size_t>(local0 + fr);
-      const int i0 = (fr * group + fh) * kWarps;
-      float ms[kWarps], ls[kWarps];
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        ms[w] = fold_ml[2 * (i0 + w)];
-        ls[w] = fold_ml[2 * (i0 + w) + 1];
-      }
-      const ShareFold fold = fold_shares(ms);
-      const size_t partial = (local * n_head + kvh * group + fh) * kSplits + z;
-      if (lane == 0) store_fold(fold, ls, part_ms + 2 * partial);
-      float2* pa = reinterpret_cast<float2*>(part_acc + partial * head_dim_v);
-      for (int d2 = lane; d2 < pairs_v; d2 += 32) {
-        pa[d2] = fold_pair(fold, [&](int w) { return fold_acc[static_cast<size_t>(i0 + w) * pairs_v + d2]; });
-      }
-    }
-    __syncthreads();  // the states are read before the next split's staging; the partials are written
+    cur = nx;
   }
+  cp_async_wait<0>();
 
   // Each (row, head)'s partials in split order, by warp k as above (this
   // block wrote them: the barrier above makes them visible).
@@ -742,13 +772,13 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
   }
 }
 
-// The prefill kernel's shared memory for a block: the staging, or the
-// shares' states if more.
+// The prefill kernel's shared memory for a block: two staging buffers and
+// the shares' states.
 size_t prefill_smem_bytes(const AttentionShape& shape, int capacity, int block_rows, int group) {
   const size_t staging =
-      static_cast<size_t>(capacity) * (shape.head_dim_k / 2 + shape.head_dim_v / 2) * sizeof(float2);
+      2 * static_cast<size_t>(capacity) * (shape.head_dim_k / 2 + shape.head_dim_v / 2) * sizeof(__half2);
   const size_t fold = static_cast<size_t>(block_rows) * group * kWarps * (2 + shape.head_dim_v) * sizeof(float);
-  return std::max(staging, fold);
+  return staging + fold;
 }
 
 int pairs_per_lane(const AttentionShape& shape) {
@@ -909,10 +939,11 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
     const int block_rows = std::max(1, warps / per_row);
     const int chunk = chunk_positions(np);
     const int capacity = chunk + block_rows - 1;
-    // At most (32 + 3) positions x 2 KiB (heads of 256) = 70 KiB of
-    // staging, 66 KiB of states: every GPU of compute capability 8.0 on
-    // takes that (99 KiB and up per block); on a smaller one, Auto keeps the
-    // decode kernel.
+    // At most 2 x (32 + 3) positions x 1 KiB (heads of 256) = 70 KiB of
+    // staging and 66 KiB of states (16 query heads of 256 per KV head);
+    // llama3-8b takes 83 KiB. A GPU whose limit per block is under what a
+    // shape needs (99 KiB on compute capability 8.6 and 8.9) keeps the
+    // decode kernel under Auto.
     const size_t smem = prefill_smem_bytes(shape, capacity, block_rows, group);
     if (smem <= prefill_staging_limit()) {
       const auto kernel = shared_kernel(np, sets.hg, hd_k == 64 * np && hd_v == 64 * np);
