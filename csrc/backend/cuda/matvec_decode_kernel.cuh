@@ -38,6 +38,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/glu_value.cuh"
+#include "backend/cuda/launch_targets.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "backend/cuda/weight_units.cuh"
 #include "core/error.h"
@@ -133,17 +134,6 @@ struct UnitLoader<TypeQ4_K, true> {
 template <typename T>
 constexpr bool kHasWideLoader = std::is_same_v<T, TypeQ4_0> || std::is_same_v<T, TypeQ4_K>;
 
-// Up to kMaxDecodeTargets matrices that read the same activations (a
-// layer's q, k and v; gate and up), launched as one grid: target p owns
-// blocks [first_block[p], first_block[p + 1]).
-struct DecodeTargets {
-  const uint8_t* w[kMaxDecodeTargets];
-  float* y[kMaxDecodeTargets];
-  size_t n_out[kMaxDecodeTargets];
-  size_t ld_y[kMaxDecodeTargets];
-  unsigned first_block[kMaxDecodeTargets + 1];
-};
-
 // Lane `lane`'s sums (acc, zeroed here) of the terms of units lane, lane +
 // 32, ... of each of kWarpRows weight rows for every row of x, units in
 // increasing order per output, as the prefill kernel sums them. The decode
@@ -187,29 +177,6 @@ __device__ __forceinline__ void lane_sums(const uint8_t* const (&wrow)[kWarpRows
       }
     }
   }
-}
-
-// Block b's target (p, its index) and the target's fields, by selects (a
-// dynamic index into the parameter arrays would go through local memory).
-struct BlockTarget {
-  int p;
-  const uint8_t* w;
-  float* y;
-  size_t n_out, ld_y;
-  unsigned first;  // the target's first block
-};
-
-__device__ __forceinline__ BlockTarget block_target(const DecodeTargets& targets, unsigned b) {
-  static_assert(kMaxDecodeTargets == 3, "the selects below name three targets");
-  BlockTarget t;
-  t.p = b >= targets.first_block[1] ? (b >= targets.first_block[2] ? 2 : 1) : 0;
-  const int p = t.p;
-  t.w = p == 0 ? targets.w[0] : p == 1 ? targets.w[1] : targets.w[2];
-  t.y = p == 0 ? targets.y[0] : p == 1 ? targets.y[1] : targets.y[2];
-  t.n_out = p == 0 ? targets.n_out[0] : p == 1 ? targets.n_out[1] : targets.n_out[2];
-  t.ld_y = p == 0 ? targets.ld_y[0] : p == 1 ? targets.ld_y[1] : targets.ld_y[2];
-  t.first = p == 0 ? targets.first_block[0] : p == 1 ? targets.first_block[1] : targets.first_block[2];
-  return t;
 }
 
 // What a launch does after its matvec (ops_matvec_fused.cu):

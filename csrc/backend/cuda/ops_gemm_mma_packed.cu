@@ -51,6 +51,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/gemm_mma_parts.cuh"
+#include "backend/cuda/launch_targets.cuh"
 
 namespace muser::cuda::gemm {
 namespace {
@@ -93,18 +94,6 @@ __device__ __forceinline__ void ldmatrix_x4_at(int (&r)[4], unsigned addr) {
                : "r"(addr));
 }
 
-// The matrices of one launch (1..kMaxDecodeTargets: a layer's q, k and v, or
-// gate and up), which read the same activations: their packed weights,
-// outputs, and the output tiles before each (tiles_before[count] = all).
-struct PackedTargets {
-  const uint8_t* w[kMaxDecodeTargets];
-  float* y[kMaxDecodeTargets];
-  size_t n_out[kMaxDecodeTargets];
-  size_t ld_y[kMaxDecodeTargets];
-  unsigned tiles_before[kMaxDecodeTargets + 1];
-  int count;
-};
-
 // Grid: (row tiles, output tiles of all the targets, target after target);
 // row tiles vary fastest, so the blocks that share a weight tile run together
 // and read it from L2.
@@ -115,19 +104,15 @@ struct PackedTargets {
 // s + kBufs - 1.
 template <int kP>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_packed_kernel(PackedTargets targets, const uint8_t* __restrict__ x_pack, int stages_per_class,
+    gemm_packed_kernel(DecodeTargets targets, const uint8_t* __restrict__ x_pack, int stages_per_class,
                        size_t n_rows) {
   using T = TypeQ4_0;
-  // This block's target and output tile within it (block-uniform; picked
-  // with constant indices, so the parameters stay where they are).
-  const int target = (targets.count > 1 && blockIdx.y >= targets.tiles_before[1]) +
-                     (targets.count > 2 && blockIdx.y >= targets.tiles_before[2]);
-  auto pick = [&](const auto& field) { return target == 0 ? field[0] : target == 1 ? field[1] : field[2]; };
-  static_assert(kMaxDecodeTargets == 3, "pick chooses among three targets");
-  const uint8_t* __restrict__ w_pack = pick(targets.w);
-  const size_t n_out = pick(targets.n_out), ld_y = pick(targets.ld_y);
-  float* __restrict__ y = pick(targets.y);
-  const unsigned out_tile = blockIdx.y - pick(targets.tiles_before);
+  // This block's target (its packed weights as w) and output tile within it.
+  const BlockTarget bt = block_target(targets, blockIdx.y);
+  const uint8_t* __restrict__ w_pack = bt.w;
+  const size_t n_out = bt.n_out, ld_y = bt.ld_y;
+  float* __restrict__ y = bt.y;
+  const unsigned out_tile = blockIdx.y - bt.first;
   dependent_launch_begin();  // before the first read of the packed activations (dependent_launch.cuh)
   extern __shared__ int4 smem_packed[];
   const unsigned smem0 = smem_addr(smem_packed);
@@ -391,18 +376,19 @@ void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStr
 
 void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                         cudaStream_t stream) {
-  PackedTargets packed{};
-  packed.count = static_cast<int>(count);
+  DecodeTargets packed{};
   unsigned tiles = 0;
-  for (size_t i = 0; i < count; ++i) {
-    packed.w[i] = static_cast<const uint8_t*>(targets[i].w_packed);
-    packed.y[i] = targets[i].y;
-    packed.n_out[i] = targets[i].n_out;
-    packed.ld_y[i] = targets[i].ld_y;
-    packed.tiles_before[i] = tiles;
-    tiles += static_cast<unsigned>(ceil_tiles(targets[i].n_out, kTileOut));
+  for (size_t i = 0; i < kMaxDecodeTargets; ++i) {
+    packed.first_block[i] = tiles;
+    if (i < count) {
+      packed.w[i] = static_cast<const uint8_t*>(targets[i].w_packed);
+      packed.y[i] = targets[i].y;
+      packed.n_out[i] = targets[i].n_out;
+      packed.ld_y[i] = targets[i].ld_y;
+      tiles += static_cast<unsigned>(ceil_tiles(targets[i].n_out, kTileOut));
+    }
   }
-  packed.tiles_before[count] = tiles;
+  packed.first_block[kMaxDecodeTargets] = tiles;
   if (tiles == 0 || n_rows == 0) return;
   with_walk(x.k, [&]<int kP>(int stages_per_class) {
     const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
