@@ -497,12 +497,14 @@ __global__ void __launch_bounds__(kThreads)
 // splits to 291 (263 at 16 warps).
 constexpr int kSharedMaxWarps = 16;
 
-// Warps per prefill block by default (2 rows of a KV head of up to 4 query
-// heads). 16 measured faster for llama3-8b's pp512 attention alone (H100,
-// s12-3: 263 against 291 us per layer) but was not run end to end;
-// MUSER_CUDA_PREFILL_WARPS=16 (or 4, 8, 12) sets it for A/B runs (the same
-// bits at any count). Once per process, like MUSER_CUDA_PDL.
-constexpr int kSharedDefaultWarps = 8;
+// Warps per prefill block by default (4 rows of a KV head of up to 4 query
+// heads). 16 against 8 on an H100 (2026-12-06, with the cp.async staging):
+// llama3-8b attention 241 against 273 us per layer at positions 0..511,
+// pp512 9,948 / 9,964 against 9,722 / 9,694 tok/s; smollm2-135m pp512
+// 94,297 / 95,018 against 89,518 / 89,131. MUSER_CUDA_PREFILL_WARPS=8 (or
+// 4, 12) sets it for A/B runs (the same bits at any count). Once per
+// process, like MUSER_CUDA_PDL.
+constexpr int kSharedDefaultWarps = 16;
 int default_prefill_warps() {
   static const int warps = [] {
     for (const int w : {4, 8, 12, 16}) {
