@@ -11,9 +11,11 @@
 BENCH_MODELS=${BENCH_MODELS:-smollm2-135m-Q4_0}
 . "$(dirname "$0")/cuda_common.sh"
 
+[ "${SKIP_BENCH:-0}" = 1 ] || {
 log "bench_cuda_gemm.py --rows 512"
 timeout "$(cap 60)" python3 -u benchmarks/bench_cuda_gemm.py --rows 512 --reps 10 --no-groups 2>&1 |
   tee -a "$out/results.txt"
+}
 
 log "ncu: Q4_0 q and down, Q4_K gate, 512 rows"
 cat > /tmp/gemm_ncu.py <<'PY'
@@ -22,13 +24,14 @@ from gguf import GGMLQuantizationType as GT
 from muser._core import _testing as t
 from tests.backend.kernel_cases import random_row
 rng = np.random.default_rng(0)
+# cuda_matvec_time_us makes the packed copy as the backend does (cuda_matvec does not: it runs v1).
 for qtype, n_out, k in ((GT.Q4_0, 4096, 4096), (GT.Q4_0, 4096, 14336), (GT.Q4_K, 14336, 4096)):
     raw = random_row(qtype, n_out * k, rng)
     x = rng.standard_normal((512, k)).astype(np.float32)
-    t.cuda_matvec(int(qtype), raw, n_out, x)
+    t.cuda_matvec_time_us(int(qtype), raw, n_out, x, reps=1)
 PY
 ncu=${NCU:-/usr/local/cuda/bin/ncu}
-timeout "$(left)" "$ncu" --kernel-name regex:'gemm_packed_kernel|matvec_kernel' --launch-count 3 \
+timeout "$(left)" "$ncu" --kernel-name regex:'gemm_packed_kernel' --launch-skip ${NCU_SKIP:-0} --launch-count ${NCU_COUNT:-1} \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
   --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
   --section SourceCounters python3 /tmp/gemm_ncu.py > "$out/ncu.txt" 2>&1
