@@ -8,8 +8,10 @@
 # Phases (DEADLINE, default 420 s, for all): both CUDA builds at once (A's through cuda_common.sh with the
 # BENCH_MODELS models, B's into $TREE_B/build/cuda), this tree's GPU tests against B's build (TESTS, default
 # tests/cuda less the llama3-8b cells; B's own tests are not copied: a branch that changes tests runs them on
-# main after merging, or is checked out as A with B the baseline and TEST_SIDE=A), then the decode cells of bench_cuda.py (PREFILL=1: the pp512 cells instead; PREFILL=both:
-# both, one after the other) for each of SIDES in turn (default "A B"; a side may carry environment settings,
+# main after merging, or is checked out as A with B the baseline and TEST_SIDE=A), then EXTRA_TESTS on the
+# same side (optional: a pytest command, say under an environment switch), then the decode cells of
+# bench_cuda.py (PREFILL=1: the pp512 cells instead; PREFILL=both: both, one after the other) for each of
+# SIDES in turn (default "A B"; a side may carry environment settings,
 # "B:MUSER_CUDA_ATTENTION_PREFETCH=0,MUSER_CUDA_PDL=0"), ROUNDS times (default 2), so drift during the call
 # shows. Results: $OUT/results.txt, b-build.log.
 DEADLINE=${DEADLINE:-420}
@@ -31,6 +33,12 @@ PYTHONPATH="$tested_src:$root:$lib" timeout "$(cap 240)" bash -c \
   "python3 -m pytest ${TESTS:-tests/cuda -k 'not llama3'} -q -p no:cacheprovider -rf --maxfail=20" 2>&1 |
   grep -v '^\.*\s*\[' | tail -20 | tee -a "$out/results.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "TESTS ON $tested FAILED (or timed out)"; }
+if [ -n "${EXTRA_TESTS:-}" ]; then  # say "MUSER_CUDA_GEMM_WIDE=1 python3 -m pytest tests/cuda/test_cuda_ops.py -k gemm"
+  log "extra tests on $tested: $EXTRA_TESTS"
+  PYTHONPATH="$tested_src:$root:$lib" timeout "$(cap 90)" bash -c "$EXTRA_TESTS -q -p no:cacheprovider -rf" 2>&1 |
+    grep -v '^\.*\s*\[' | tail -10 | tee -a "$out/results.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "EXTRA TESTS ON $tested FAILED (or timed out)"; }
+fi
 bench_models_ready
 case "${PREFILL:-0}" in
   1) cell_sets="--prefill-only" ;;
