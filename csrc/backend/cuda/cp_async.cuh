@@ -9,27 +9,21 @@ namespace muser::cuda {
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
-// Asynchronous global -> shared copies of 4 and 16 bytes; bytes past
-// src_bytes (0..size) are not read and land as zeros.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, unsigned src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, unsigned src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-// The same with the destination as a shared-memory address (smem_addr) and
-// a copy of 4 bytes that happens only if `copy` (no zero fill).
+// Asynchronous global -> shared copies of 4 and 16 bytes to a
+// shared-memory address (smem_addr); bytes past src_bytes (0..size) are not
+// read and land as zeros.
 __device__ __forceinline__ void cp_async4_to(unsigned dst, const void* src, unsigned src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, unsigned src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-__device__ __forceinline__ void cp_async4_if(bool copy, unsigned dst, const void* src) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p cp.async.ca.shared.global [%1], [%2], 4;\n}\n" ::"r"(
-          static_cast<int>(copy)),
-      "r"(dst), "l"(src));
+// The same to a pointer into shared memory.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, unsigned src_bytes) {
+  cp_async4_to(smem_addr(dst), src, src_bytes);
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, unsigned src_bytes) {
+  cp_async16_to(smem_addr(dst), src, src_bytes);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most kPending of this thread's committed groups are still
