@@ -800,11 +800,12 @@ constexpr size_t kCounterBytes = kTileRows * kMaxHeads * sizeof(unsigned);
 
 namespace {
 
-// Rows per launch of the prefill kernel, whose blocks (a KV head and 2 rows
-// at the default warps) each walk all their rows' chunks: enough blocks to
-// fill the GPU about once, 256 per launch at 64 rows and 8 KV heads, more
-// rows at fewer KV heads (smollm2's 3: 128 rows, 192 blocks). Never fewer
-// than the decode kernel's kTileRows, so the scratch sized for it holds both.
+// Rows per launch of the prefill kernel, whose blocks (a KV head and 4 rows
+// at the default 16 warps and up to 4 heads per KV head) each walk all their
+// rows' chunks: enough blocks to fill the GPU about once, 128 per launch at
+// 64 rows and 8 KV heads, more rows at fewer KV heads (smollm2's 3: 128
+// rows, 96 blocks). Never fewer than the decode kernel's kTileRows, so the
+// scratch sized for it holds both.
 size_t prefill_tile_rows(const AttentionShape& shape) {
   return kTileRows * (shape.n_head_kv >= 8 ? 1 : shape.n_head_kv >= 3 ? 2 : 4);
 }
@@ -935,18 +936,33 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
       throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
                             " warps: expected 1.." + std::to_string(kSharedMaxWarps) + " (0: the default)");
     }
-    const int warps = prefill_warps != 0 ? prefill_warps : default_prefill_warps();
     const HeadSets sets = head_sets(group);
     const int per_row = kWarps * sets.n_sub;
-    const int block_rows = std::max(1, warps / per_row);
     const int chunk = chunk_positions(np);
-    const int capacity = chunk + block_rows - 1;
+    struct Layout {
+      int block_rows, capacity;
+      size_t smem;
+    };
+    auto layout_for = [&](int warps) {
+      const int block_rows = std::max(1, warps / per_row);
+      const int capacity = chunk + block_rows - 1;
+      return Layout{block_rows, capacity, prefill_smem_bytes(shape, capacity, block_rows, group)};
+    };
     // At most 2 x (32 + 3) positions x 1 KiB (heads of 256) = 70 KiB of
     // staging and 66 KiB of states (16 query heads of 256 per KV head);
-    // llama3-8b takes 83 KiB. A GPU whose limit per block is under what a
-    // shape needs (99 KiB on compute capability 8.6 and 8.9) keeps the
-    // decode kernel under Auto.
-    const size_t smem = prefill_smem_bytes(shape, capacity, block_rows, group);
+    // llama3-8b takes 99.5 KiB at the default 16 warps, 81 KiB at 8. On a
+    // GPU whose limit per block is smaller (99 KiB on compute capability 8.6
+    // and 8.9), the default halves its warps until the block fits, down to
+    // one row a block (the same bits at any count); a shape that fits no
+    // block keeps the decode kernel under Auto.
+    int warps = prefill_warps != 0 ? prefill_warps : default_prefill_warps();
+    Layout layout = layout_for(warps);
+    while (prefill_warps == 0 && warps / 2 >= per_row && layout.smem > prefill_staging_limit()) {
+      warps /= 2;
+      layout = layout_for(warps);
+    }
+    const int block_rows = layout.block_rows, capacity = layout.capacity;
+    const size_t smem = layout.smem;
     if (smem <= prefill_staging_limit()) {
       const auto kernel = shared_kernel(np, sets.hg, hd_k == 64 * np && hd_v == 64 * np);
       const size_t tile_rows = prefill_tile_rows(shape);
