@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 namespace muser::cuda {
@@ -22,6 +23,27 @@ struct DecodeTargets {
   size_t ld_y[kMaxDecodeTargets];
   unsigned first_block[kMaxDecodeTargets + 1];
 };
+
+// The DecodeTargets of `count` (0..kMaxDecodeTargets) targets, each owning
+// ceil(n_out / outputs_per_block) blocks, with weights `packed` ? the GEMM's
+// packed copies : the GGUF blocks; `blocks` receives the total.
+inline DecodeTargets decode_targets(const MatvecTarget* targets, size_t count, size_t outputs_per_block, bool packed,
+                                    unsigned& blocks) {
+  DecodeTargets t{};
+  blocks = 0;
+  for (size_t p = 0; p < kMaxDecodeTargets; ++p) {
+    t.first_block[p] = blocks;
+    if (p < count) {
+      t.w[p] = static_cast<const uint8_t*>(packed ? targets[p].w_packed : targets[p].w);
+      t.y[p] = targets[p].y;
+      t.n_out[p] = targets[p].n_out;
+      t.ld_y[p] = targets[p].ld_y;
+      blocks += ceil_div(targets[p].n_out, outputs_per_block);
+    }
+  }
+  t.first_block[kMaxDecodeTargets] = blocks;  // targets past count own no block
+  return t;
+}
 
 // Block b's target (p, its index) and the target's fields, by selects (a
 // dynamic index into the parameter arrays would go through local memory).

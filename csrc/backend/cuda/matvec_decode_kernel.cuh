@@ -368,19 +368,9 @@ struct LaunchTargets {
 
 inline LaunchTargets launch_targets(const MatvecTarget* targets, size_t count, size_t row_bytes, size_t block_rows) {
   LaunchTargets l;
+  l.t = decode_targets(targets, count, block_rows, false, l.blocks);
   l.aligned = row_bytes % 16 == 0;
-  for (size_t p = 0; p < kMaxDecodeTargets; ++p) {
-    l.t.first_block[p] = l.blocks;
-    if (p < count) {
-      l.t.w[p] = static_cast<const uint8_t*>(targets[p].w);
-      l.t.y[p] = targets[p].y;
-      l.t.n_out[p] = targets[p].n_out;
-      l.t.ld_y[p] = targets[p].ld_y;
-      l.aligned = l.aligned && reinterpret_cast<uintptr_t>(targets[p].w) % 16 == 0;
-      l.blocks += ceil_div(targets[p].n_out, block_rows);
-    }
-  }
-  l.t.first_block[kMaxDecodeTargets] = l.blocks;  // targets past count own no block
+  for (size_t p = 0; p < count; ++p) l.aligned = l.aligned && reinterpret_cast<uintptr_t>(targets[p].w) % 16 == 0;
   return l;
 }
 

@@ -376,19 +376,8 @@ void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStr
 
 void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                         cudaStream_t stream) {
-  DecodeTargets packed{};
   unsigned tiles = 0;
-  for (size_t i = 0; i < kMaxDecodeTargets; ++i) {
-    packed.first_block[i] = tiles;
-    if (i < count) {
-      packed.w[i] = static_cast<const uint8_t*>(targets[i].w_packed);
-      packed.y[i] = targets[i].y;
-      packed.n_out[i] = targets[i].n_out;
-      packed.ld_y[i] = targets[i].ld_y;
-      tiles += static_cast<unsigned>(ceil_tiles(targets[i].n_out, kTileOut));
-    }
-  }
-  packed.first_block[kMaxDecodeTargets] = tiles;
+  const DecodeTargets packed = decode_targets(targets, count, kTileOut, true, tiles);
   if (tiles == 0 || n_rows == 0) return;
   with_walk(x.k, [&]<int kP>(int stages_per_class) {
     const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
