@@ -52,11 +52,10 @@
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/gemm_mma_parts.cuh"
 #include "backend/cuda/launch_targets.cuh"
+#include "core/env_switch.h"
 
 namespace muser::cuda::gemm {
 namespace {
-
-constexpr int kBufs = 4;  // stage buffers: copies run kBufs - 1 stages ahead
 
 // One (64-row tile, stage) chunk of packed activations, each part in the
 // order the MMA's lanes (g = lane / 4, t = lane % 4) read it:
@@ -73,18 +72,78 @@ constexpr int kActChunk = kActQBytes + kTileRows * kStageUnits * 4;
 //       scales widened, of outputs 2 t and 2 t + 1 of the tile
 constexpr int kWQBytes = kTileOut * kStageUnits * 16;
 constexpr int kWChunk = kWQBytes + kTileOut * kStageUnits * 4;
-// A stage buffer in shared memory: the two chunks, their quants with the
-// 16-byte pieces of each row swizzled (piece c of row r at c ^ (r % 8), so
-// that the 8 rows an ldmatrix phase or a 4-word load reads hit 8 different
-// bank groups), their scales as packed.
-constexpr int kBufBytes = kActChunk + kWChunk;
-constexpr int kSmemBytes = kBufs * kBufBytes;
-static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
-constexpr int kPieces = kBufBytes / 16;  // 16-byte copies per stage and block
-static_assert(kActQBytes / 16 == 4 * kThreads && kActChunk / 16 == 4 * kThreads + kThreads / 2 &&
-                  (kWChunk - kWQBytes) / 16 == kThreads / 2 && kWQBytes / 16 == 2 * kThreads &&
-                  kPieces == 7 * kThreads,
-              "the copy loop's fixed split of a stage's pieces over the threads");
+constexpr int kScalePieces = kTileRows * kStageUnits * 4 / 16;  // 16-byte pieces of a chunk's scales
+static_assert(kScalePieces == kTileOut * kStageUnits * 4 / 16, "activation and weight scales alike");
+
+// A block's shape: kHalves 64-output weight tiles (1: 64 x 64 outputs, 8
+// warps; 2: 64 x 128, 16 warps), each warp 32 rows x 16 outputs (2 m16 x 2
+// n8 MMA tiles, 16 outputs a thread), 2 warps along rows. A stage buffer in
+// shared memory holds the activation chunk and kHalves weight chunks, their
+// quants with the 16-byte pieces of each row swizzled (piece c of row r at
+// c ^ (r % 8), so that the 8 rows an ldmatrix phase or a 4-word load reads
+// hit 8 different bank groups), their scales as packed. The wide block
+// keeps tree levels 2..4 in shared memory (TreeStack), so that 512 threads
+// fit in 128 registers each: 4 warps a scheduler instead of 2 to hide the
+// MMAs' and shared loads' latencies (Nsight Compute on the 8-warp block,
+// 2026-12-06: 0.92 eligible warps a scheduler, issue slots 51% busy).
+template <int kHalves>
+struct BlockShape {
+  static constexpr int kThreads = 256 * kHalves;
+  static constexpr int kOut = kTileOut * kHalves;
+  static constexpr int kBufs = kHalves == 1 ? 4 : 3;  // stage buffers: copies run kBufs - 1 stages ahead
+  static constexpr int kBufBytes = kActChunk + kHalves * kWChunk;
+  static constexpr int kRegLevels = kHalves == 1 ? 5 : 2;  // tree levels in registers
+  static constexpr int kStackBytes = (5 - kRegLevels) * kOutputs * kThreads * 4;
+  static constexpr int kSmemBytes = kBufs * kBufBytes + kStackBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
+  // A stage's copies per thread: activation quants (kActCopies), weight
+  // quants (kWCopies per half), and one scale piece for the first
+  // (1 + kHalves) kScalePieces threads (activation scales, then each half's).
+  static constexpr int kActCopies = kActQBytes / 16 / kThreads;
+  static constexpr int kWCopies = kWQBytes / 16 / kThreads;
+  static_assert(kActCopies * kThreads * 16 == kActQBytes && kWCopies >= 1 && kWCopies * kThreads * 16 == kWQBytes &&
+                    (1 + kHalves) * kScalePieces <= kThreads,
+                "the copy loop's fixed split of a stage's pieces over the threads");
+};
+
+// The pending subtrees of the balanced tree (push_leaf): levels below
+// kRegLevels in registers, the others in shared memory at `high`, this
+// thread's first float, (level, output) pairs kThreads floats apart so that
+// a warp's accesses hit 32 banks. Levels are only read after they are
+// written, so neither part needs clearing.
+template <int kRegLevels, int kThreads>
+struct TreeStack {
+  float low[kRegLevels > 0 ? kRegLevels : 1][kOutputs];
+  float* high;
+  __device__ __forceinline__ float get(int lv, int o) const {
+    return lv < kRegLevels ? low[lv][o] : high[((lv - kRegLevels) * kOutputs + o) * kThreads];
+  }
+  __device__ __forceinline__ void set(int lv, int o, float v) {
+    if (lv < kRegLevels) {
+      low[lv][o] = v;
+    } else {
+      high[((lv - kRegLevels) * kOutputs + o) * kThreads] = v;
+    }
+  }
+};
+
+// push_leaf (gemm_mma_parts.cuh) on a TreeStack: the same adds in the same
+// order (push_leaf_at finds it by argument-dependent lookup).
+template <int kLevel, int kRegLevels, int kThreads>
+__device__ __forceinline__ void push_leaf(float (&acc)[kOutputs], TreeStack<kRegLevels, kThreads>& stack) {
+#pragma unroll
+  for (int o = 0; o < kOutputs; ++o) {
+    float v = acc[o];
+#pragma unroll
+    for (int lv = 0; lv < kLevel; ++lv) v = stack.get(lv, o) + v;
+    if constexpr (kLevel < 5) {
+      stack.set(kLevel, o, v);
+      acc[o] = 0.0f;
+    } else {
+      acc[o] = v;
+    }
+  }
+}
 
 __host__ __device__ constexpr size_t ceil_tiles(size_t n, size_t tile) { return (n + tile - 1) / tile; }
 
@@ -94,19 +153,21 @@ __device__ __forceinline__ void ldmatrix_x4_at(int (&r)[4], unsigned addr) {
                : "r"(addr));
 }
 
-// Grid: (row tiles, output tiles of all the targets, target after target);
-// row tiles vary fastest, so the blocks that share a weight tile run together
-// and read it from L2.
+// Grid: (row tiles, block output tiles of all the targets, target after
+// target); row tiles vary fastest, so the blocks that share a weight tile
+// run together and read it from L2.
 //
 // The stage loop: at the top of iteration s, this thread's copies of stage s
 // have landed (wait_group), then the barrier makes everyone's visible and
 // says every warp is done with stage s - 1, whose buffer then receives stage
 // s + kBufs - 1.
-template <int kP>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kP, int kHalves>
+__global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
     gemm_packed_kernel(DecodeTargets targets, const uint8_t* __restrict__ x_pack, int stages_per_class,
                        size_t n_rows) {
   using T = TypeQ4_0;
+  using Shape = BlockShape<kHalves>;
+  constexpr int kThreads = Shape::kThreads, kBufs = Shape::kBufs, kBufBytes = Shape::kBufBytes;
   // This block's target (its packed weights as w) and output tile within it.
   const BlockTarget bt = block_target(targets, blockIdx.y);
   const uint8_t* __restrict__ w_pack = bt.w;
@@ -125,34 +186,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int warp_row = (warp % 2) * kWarpRows, warp_out = (warp / 2) * kWarpOut;
   const size_t r0 = static_cast<size_t>(blockIdx.x) * kTileRows;
-  const size_t n0 = static_cast<size_t>(out_tile) * kTileOut;
+  const size_t n0 = static_cast<size_t>(out_tile) * Shape::kOut;
   const bool warp_active = r0 + warp_row < n_rows && n0 + warp_out < n_out;
 
-  // This thread's 7 16-byte pieces of every stage, at fixed offsets from
-  // the stage's chunks: activation quants (rows tid / 16 + 16 j, piece
-  // tid % 16 of the row, j < 4), activation scales (tid < 128) or weight
-  // scales (the others), weight quants (outputs tid / 8 + 32 j, piece
-  // tid % 8 of the output, j < 2).
+  // This thread's 16-byte pieces of every stage, at fixed offsets from the
+  // stage's chunks: activation quants (rows tid / 16 + j kThreads / 16,
+  // piece tid % 16 of the row, j < kActCopies), weight quants of each half
+  // (outputs tid / 8 + j kThreads / 8, piece tid % 8, j < kWCopies), and one
+  // scale piece (tid < kScalePieces: the activations'; then each half's in
+  // turn). Each j steps 16 kThreads bytes on both sides (rows and outputs
+  // keep their swizzle: kThreads / 16 and / 8 are multiples of 8). A half
+  // past the target's outputs copies nothing (its warps are inactive).
   const uint8_t* act_src = opaque(x_pack + static_cast<size_t>(blockIdx.x) * n_stages * kActChunk + 16 * tid);
-  const uint8_t* w_src = opaque(w_pack + static_cast<size_t>(out_tile) * n_stages * kWChunk + 16 * tid);
+  const uint8_t* w_src = opaque(w_pack + static_cast<size_t>(out_tile) * kHalves * n_stages * kWChunk + 16 * tid);
+  const bool half1_exists = kHalves == 2 && n0 + kTileOut < n_out;
   const int qrow = tid / 16;
   const unsigned act_q_dst = opaque(static_cast<unsigned>(qrow * 256 + 16 * ((tid % 16) ^ (qrow % 8))));
   const int wcol = tid / 8;
   const unsigned w_q_dst = opaque(static_cast<unsigned>(kActChunk + wcol * 128 + 16 * ((tid % 8) ^ (wcol % 8))));
-  const bool act_scales = tid < kThreads / 2;
-  const size_t sc_src = act_scales ? kActQBytes : 16 * (kWQBytes / 16 - kThreads / 2);  // from act_src / w_src
+  // The scale piece: source chunk (0 activations, 1 + h weight half h) and offsets.
+  const int sc_part = tid / kScalePieces, sc_piece = tid % kScalePieces;
+  const bool copies_scale = sc_part <= kHalves && (sc_part < 2 || half1_exists);
+  const unsigned half_stride = static_cast<unsigned>(n_stages) * kWChunk;  // weight half 1 from half 0
   const unsigned sc_dst = opaque(static_cast<unsigned>(
-      act_scales ? kActQBytes + 16 * tid : kActChunk + kWQBytes + 16 * (tid - kThreads / 2)));
+      sc_part == 0 ? kActQBytes + 16 * sc_piece : kActChunk + (sc_part - 1) * kWChunk + kWQBytes + 16 * sc_piece));
+  const uint8_t* sc_src = opaque(sc_part == 0 ? act_src - 16 * tid + kActQBytes + 16 * sc_piece
+                                              : w_src - 16 * tid + (sc_part - 1) * half_stride + kWQBytes + 16 * sc_piece);
+  const unsigned sc_chunk = sc_part == 0 ? kActChunk : kWChunk;  // the scale piece's stride per stage
   auto issue = [&](int stage, int buf) {
     if (stage < n_stages) {
       const uint8_t* a = act_src + static_cast<size_t>(stage) * kActChunk;
       const uint8_t* b = w_src + static_cast<size_t>(stage) * kWChunk;
       const unsigned dst = smem0 + buf * kBufBytes;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) cp_async16_to(dst + act_q_dst + 4096 * j, a + 4096 * j, 16);
-      cp_async16_to(dst + sc_dst, (act_scales ? a : b) + sc_src, 16);
+      for (int j = 0; j < Shape::kActCopies; ++j) {
+        cp_async16_to(dst + act_q_dst + 16 * kThreads * j, a + 16 * kThreads * j, 16);
+      }
+      if (copies_scale) {
+        cp_async16_to(dst + sc_dst, sc_src + static_cast<size_t>(stage) * sc_chunk, 16);
+      }
 #pragma unroll
-      for (int j = 0; j < 2; ++j) cp_async16_to(dst + w_q_dst + 4096 * j, b + 4096 * j, 16);
+      for (int h = 0; h < kHalves; ++h) {
+        if (h == 0 || half1_exists) {
+#pragma unroll
+          for (int j = 0; j < Shape::kWCopies; ++j) {
+            cp_async16_to(dst + kWChunk * h + w_q_dst + 16 * kThreads * j, b + half_stride * h + 16 * kThreads * j,
+                          16);
+          }
+        }
+      }
     }
     cp_async_commit();  // an empty group past the last stage keeps the wait count uniform
   };
@@ -160,32 +242,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Per-lane shared-memory offsets inside a stage buffer.
   // A (ldmatrix x4 of m16 tile mi, slot s): lane L gives row L % 8 + 8 ((L / 8) % 2) of the tile, half L / 16;
   // that row's piece 2 s + half sits at (2 s + half) ^ (row % 8) = (2 s ^ (row % 8 & 6)) + (half ^ (row % 2)).
+  // Each offset is one register per lane; the MMA tiles' offsets differ
+  // from it by constants (m16 tile mi of A: 16 rows = 4096 bytes further, the
+  // same swizzle as rows agree mod 8; n8 tile ni of B: 8 outputs = 1024
+  // bytes, the same swizzle; the scales: 512 and 256 bytes).
   const int mat = lane / 8, mat_row = lane % 8;
-  unsigned a_off[2];
+  const int a_row = warp_row + mat_row + 8 * (mat & 1);
+  const unsigned a_off = opaque(static_cast<unsigned>(a_row * 256 + 16 * ((mat >> 1) ^ (a_row & 1))));
+  const unsigned a_xor = 16 * (mat_row & 6);
+  // The warp's weight half and its outputs within it.
+  const unsigned w_half = kWChunk * (warp_out / kTileOut);  // from the first weight chunk
+  const int half_out = warp_out % kTileOut;
+  // B (4 words of slots 4 h .. 4 h + 3 of output g of n8 tile ni): piece 2 t + h of the output's 128 bytes,
+  // at (2 t + h) ^ (output % 8) with output % 8 = g.
+  unsigned b_off[2];
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-    const int row = warp_row + 16 * mi + mat_row + 8 * (mat & 1);
-    a_off[mi] = row * 256 + 16 * ((mat >> 1) ^ (row & 1));
+  for (int h = 0; h < 2; ++h) {
+    b_off[h] = opaque(static_cast<unsigned>(kActChunk + w_half + (half_out + g) * 128 + 16 * ((2 * t + h) ^ g)));
   }
-  const unsigned a_xor = 16 * (mat_row & 6);  // rows of both tiles agree mod 8
-  // B (4 words of slots 4 h .. 4 h + 3 of output g of n8 tile ni): piece 2 t + h of the output's 128 bytes.
-  unsigned b_off[2][2];
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni) {
-    const int col = warp_out + 8 * ni + g;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) b_off[ni][h] = kActChunk + col * 128 + 16 * ((2 * t + h) ^ (col % 8));
-  }
-  // Activation scales (+ 128 pair) of m16 tile mi; weight scales (+ 64
-  // pair) of n8 tile ni.
-  unsigned ad_off[2], wd_off[2];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) ad_off[mi] = kActQBytes + ((warp_row / 16 + mi) * 32 + g) * 16;
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni) wd_off[ni] = kActChunk + kWQBytes + ((warp_out / 8 + ni) * 16 + t) * 16;
+  // Activation scales (+ 128 a slot pair) of m16 tile 0; weight scales (+ 64
+  // a pair) of n8 tile 0.
+  const unsigned ad_off = opaque(static_cast<unsigned>(kActQBytes + ((warp_row / 16) * 32 + g) * 16));
+  const unsigned wd_off = opaque(static_cast<unsigned>(kActChunk + w_half + kWQBytes + ((half_out / 8) * 16 + t) * 16));
 
-  float acc[kOutputs], stack[5][kOutputs];
-  clear_tree(acc, stack);
+  float acc[kOutputs];
+#pragma unroll
+  for (int o = 0; o < kOutputs; ++o) acc[o] = 0.0f;
+  TreeStack<Shape::kRegLevels, kThreads> stack;
+  stack.high = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(smem_packed) + kBufs * kBufBytes) + tid;
 
   // One slot: the unit's 4 MMAs and the float terms of the 16 outputs (v1's
   // expression and order), then a class push known at compile time. wq4[ni]
@@ -197,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr bool kOdd = kSlot % 2 == 1;
     int a[2][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) ldmatrix_x4_at(a[mi], smem0 + buf_off + a_off[mi] + ((32 * kSlot) ^ a_xor));
+    for (int mi = 0; mi < 2; ++mi) ldmatrix_x4_at(a[mi], smem0 + buf_off + a_off + 4096 * mi + ((32 * kSlot) ^ a_xor));
     float ad[2][2];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
@@ -242,8 +326,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     float4 ad4[2], wd4[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      ad4[i] = as_float4(lds128(buf_off + ad_off[i] + 128 * kPair));
-      wd4[i] = as_float4(lds128(buf_off + wd_off[i] + 64 * kPair));
+      ad4[i] = as_float4(lds128(buf_off + ad_off + 512 * i + 128 * kPair));
+      wd4[i] = as_float4(lds128(buf_off + wd_off + 256 * i + 64 * kPair));
     }
     compute_slot.template operator()<2 * kPair>(buf_off, wq4, ad4, wd4);
     compute_slot.template operator()<2 * kPair + 1>(buf_off, wq4, ad4, wd4);
@@ -252,11 +336,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto compute_stage = [&](unsigned buf_off) {
     int4 wq4[2];
 #pragma unroll
-    for (int ni = 0; ni < 2; ++ni) wq4[ni] = lds128(buf_off + b_off[ni][0]);
+    for (int ni = 0; ni < 2; ++ni) wq4[ni] = lds128(buf_off + b_off[0] + 1024 * ni);
     compute_pair.template operator()<0>(buf_off, wq4);
     compute_pair.template operator()<1>(buf_off, wq4);
 #pragma unroll
-    for (int ni = 0; ni < 2; ++ni) wq4[ni] = lds128(buf_off + b_off[ni][1]);
+    for (int ni = 0; ni < 2; ++ni) wq4[ni] = lds128(buf_off + b_off[1] + 1024 * ni);
     compute_pair.template operator()<2>(buf_off, wq4);
     compute_pair.template operator()<3>(buf_off, wq4);
   };
@@ -374,25 +458,46 @@ void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStr
   });
 }
 
+namespace {
+
+// The block shape: MUSER_CUDA_GEMM_WIDE=1 takes the 64 x 128 block of 16
+// warps (BlockShape<2>), for A/B runs (the same bits); read once.
+template <typename F>
+void with_block_shape(F&& f) {
+  static const bool wide = env_is("MUSER_CUDA_GEMM_WIDE", "1");
+  if (wide) {
+    f.template operator()<2>();
+  } else {
+    f.template operator()<1>();
+  }
+}
+
+}  // namespace
+
 void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                         cudaStream_t stream) {
-  unsigned tiles = 0;
-  const DecodeTargets packed = decode_targets(targets, count, kTileOut, true, tiles);
-  if (tiles == 0 || n_rows == 0) return;
-  with_walk(x.k, [&]<int kP>(int stages_per_class) {
-    const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
-    const size_t n_items = ceil_tiles(n_rows, kTileRows) * n_stages * kTileRows * kStageUnits;
-    launch_dependent(pack_activations_kernel<kP>, dim3(static_cast<unsigned>(ceil_tiles(n_items, 256))), dim3(256),
-                     0, stream, static_cast<const int8_t*>(x.q), static_cast<const float*>(x.d), n_rows,
-                     static_cast<int>(x.k / 32), stages_per_class, n_items, static_cast<uint8_t*>(x.gemm_pack));
-    check_launch("gemm pack_activations");
-    static const cudaError_t opted_in = cudaFuncSetAttribute(
-        gemm_packed_kernel<kP>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
-    check_cuda(opted_in, "cudaFuncSetAttribute(gemm_packed)");
-    const dim3 grid(ceil_div(n_rows, kTileRows), tiles);
-    launch_dependent(gemm_packed_kernel<kP>, grid, dim3(kThreads), kSmemBytes, stream, packed,
-                     static_cast<const uint8_t*>(x.gemm_pack), stages_per_class, n_rows);
-    check_launch("gemm_packed");
+  if (n_rows == 0) return;
+  with_block_shape([&]<int kHalves>() {
+    using Shape = BlockShape<kHalves>;
+    unsigned tiles = 0;
+    const DecodeTargets packed = decode_targets(targets, count, Shape::kOut, true, tiles);
+    if (tiles == 0) return;
+    with_walk(x.k, [&]<int kP>(int stages_per_class) {
+      const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
+      const size_t n_items = ceil_tiles(n_rows, kTileRows) * n_stages * kTileRows * kStageUnits;
+      launch_dependent(pack_activations_kernel<kP>, dim3(static_cast<unsigned>(ceil_tiles(n_items, 256))),
+                       dim3(256), 0, stream, static_cast<const int8_t*>(x.q), static_cast<const float*>(x.d), n_rows,
+                       static_cast<int>(x.k / 32), stages_per_class, n_items, static_cast<uint8_t*>(x.gemm_pack));
+      check_launch("gemm pack_activations");
+      static const cudaError_t opted_in =
+          cudaFuncSetAttribute(gemm_packed_kernel<kP, kHalves>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Shape::kSmemBytes));
+      check_cuda(opted_in, "cudaFuncSetAttribute(gemm_packed)");
+      const dim3 grid(ceil_div(n_rows, kTileRows), tiles);
+      launch_dependent(gemm_packed_kernel<kP, kHalves>, grid, dim3(Shape::kThreads), Shape::kSmemBytes, stream,
+                       packed, static_cast<const uint8_t*>(x.gemm_pack), stages_per_class, n_rows);
+      check_launch("gemm_packed");
+    });
   });
 }
 
