@@ -36,7 +36,16 @@ struct ActRow {
   const float* f;
 };
 
-__device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
+// dp4a.s32.s32 as CUDA's __dp4a, but not `asm volatile` as its header
+// writes it: a volatile asm is a barrier the compiler cannot move loads
+// across or merge them over, so the matvec tiles that take several weight
+// rows per warp reloaded every activation unit per row. The same
+// instruction, the same integer result.
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+  int d;
+  asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
 
 // Sum of 4 words of quants times 4 words of activations.
 __device__ __forceinline__ int dot16(const int* w, const int4& a) {
