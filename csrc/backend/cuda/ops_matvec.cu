@@ -20,37 +20,61 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// Grid: (weight rows / kWarpsPerBlock, row tiles). A tile holds kRows rows
-// (fewer in the last tile: rows past n_rows are skipped, never computed).
-template <typename T, int kRows>
+// Grid: (weight rows / (kWarpsPerBlock kOuts), row tiles). A warp takes
+// kOuts consecutive weight rows (outputs), so each activation unit a lane
+// loads serves all of them (the prefill tiles were bound by those loads:
+// L1 98% busy for Q4_K at 512 rows, 2026-12-06); each output's terms, order
+// and butterfly are the same whatever kOuts. A tile holds kRows rows (fewer
+// in the last tile: rows past n_rows are skipped, never computed).
+template <typename T, int kRows, int kOuts>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units, ActivationView x,
                   size_t n_rows, float* __restrict__ y, size_t ld_y) {
   dependent_launch_begin();
-  const size_t n = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const size_t n0 = (static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kOuts;
   const int lane = threadIdx.x % 32;
-  if (n >= n_out) return;
+  if (n0 >= n_out) return;
   const size_t row0 = static_cast<size_t>(blockIdx.y) * kRows;
-  const uint8_t* wrow = w + n * row_bytes;
+  // Outputs past n_out compute a copy of the last one and are never stored.
+  const uint8_t* wrow[kOuts];
+#pragma unroll
+  for (int o = 0; o < kOuts; ++o) wrow[o] = w + (n0 + o < n_out ? n0 + o : n_out - 1) * row_bytes;
   ActRow act[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) act[r] = act_row(x, row0 + r < n_rows ? row0 + r : row0);
-  float acc[kRows];
+  float acc[kOuts][kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  for (int o = 0; o < kOuts; ++o) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[o][r] = 0.0f;
+  }
   for (int u = lane; u < n_units; u += 32) {
-    typename T::Unit unit;
-    T::load(wrow, u, unit);
+    typename T::Unit unit[kOuts];
+#pragma unroll
+    for (int o = 0; o < kOuts; ++o) T::load(wrow[o], u, unit[o]);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (row0 + r < n_rows) acc[r] = add_unit_term<T>(acc[r], unit, act[r], u);
+      if (row0 + r < n_rows) {
+#pragma unroll
+        for (int o = 0; o < kOuts; ++o) acc[o][r] = add_unit_term<T>(acc[o][r], unit[o], act[r], u);
+      }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float total = warp_sum(acc[r]);
-    if (lane == 0 && row0 + r < n_rows) y[(row0 + r) * ld_y + n] = total;
+  for (int o = 0; o < kOuts; ++o) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float total = warp_sum(acc[o][r]);
+      if (lane == 0 && row0 + r < n_rows && n0 + o < n_out) y[(row0 + r) * ld_y + n0 + o] = total;
+    }
   }
+}
+
+// Outputs per warp of the prefill tiles: MUSER_CUDA_PREFILL_OUTS=2 or 4 (1
+// by default), for A/B runs; the same bits at any count. Read once.
+int prefill_outs() {
+  static const int outs = env_is("MUSER_CUDA_PREFILL_OUTS", "4") ? 4 : env_is("MUSER_CUDA_PREFILL_OUTS", "2") ? 2 : 1;
+  return outs;
 }
 
 template <typename T, int kRows>
@@ -59,9 +83,16 @@ void launch_matvec(const void* w, size_t n_out, const ActivationView& x, size_t 
   const size_t k = x.k;
   const size_t row_bytes = k / T::kBlockElems * T::kBlockBytes;
   const int n_units = static_cast<int>(k / 32);
-  const dim3 grid(ceil_div(n_out, kWarpsPerBlock), ceil_div(n_rows, kRows));
-  launch_dependent(matvec_kernel<T, kRows>, grid, kWarpsPerBlock * 32, 0, stream, static_cast<const uint8_t*>(w),
-                   row_bytes, n_out, n_units, x, n_rows, y, ld_y);
+  auto launch = [&]<int kOuts>() {
+    const dim3 grid(ceil_div(n_out, kWarpsPerBlock * kOuts), ceil_div(n_rows, kRows));
+    launch_dependent(matvec_kernel<T, kRows, kOuts>, grid, kWarpsPerBlock * 32, 0, stream,
+                     static_cast<const uint8_t*>(w), row_bytes, n_out, n_units, x, n_rows, y, ld_y);
+  };
+  switch (prefill_outs()) {
+    case 4: launch.template operator()<4>(); break;
+    case 2: launch.template operator()<2>(); break;
+    default: launch.template operator()<1>(); break;
+  }
   check_launch("matvec");
 }
 
