@@ -463,7 +463,7 @@ void bind_testing_cuda(nb::module_& m) {
       },
       nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"),
       "cuda_matvec through the int8 tensor-core GEMM itself, at any row count (Q4_0, Q4_1, Q5_0, Q5_1, "
-      "Q8_0; other types, and matrices not starting and ending 4-byte aligned, raise ValueError).");
+      "Q8_0, Q4_K; other types, and matrices not starting and ending 4-byte aligned, raise ValueError).");
   m.def(
       "cuda_matvec_time_us",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, size_t group_rows, int reps) {

@@ -594,6 +594,7 @@ def test_the_attention_timer_measures_the_launch_and_repeats_its_bits():
 
 
 GEMM_TYPES = [GT.Q4_0, GT.Q8_0, GT.Q4_1, GT.Q5_0, GT.Q5_1]
+GEMM_K_TYPES = [GT.Q4_K]
 # (rows, n_out, k): llama3-8b's q/o (4096x4096), its FFN down (k 14336, 14 units
 # per lane class), smollm2's shapes (k 576: 18 units, so lane classes without
 # units), outputs not a multiple of the 64-wide tile, rows not a multiple of 64;
@@ -642,6 +643,8 @@ def _check_gemm(qtype: GT, shape: tuple[int, int, int], seed: int) -> None:
     assert dispatched.tobytes() == gemm.tobytes()
     groups = t.cuda_matvec_groups(id_of(qtype), raw, n_out, x, 4)
     assert groups.tobytes() == gemm.tobytes()
+    if qtype in GEMM_K_TYPES:
+        return  # the matvec's bits, checked above; its own tests hold it to the CPU's
     # The float reference on at most 64 of the rows (every row is checked
     # bitwise above; a float64 product of 512 x 4096 x 14336 is slow).
     sel = np.arange(0, n_rows, max(1, n_rows // 64))
@@ -656,8 +659,18 @@ def test_the_tensor_core_gemm_is_bitwise_the_matvec_row_by_row(qtype, shape):
     _check_gemm(qtype, shape, seed=shape[0] * 31 + shape[1] + id_of(qtype))
 
 
+@pytest.mark.parametrize("shape", [s for s in GEMM_SHAPES if s[2] % 256 == 0],
+                         ids=lambda s: f"rows{s[0]}-{s[1]}x{s[2]}")
+@pytest.mark.parametrize("qtype", GEMM_K_TYPES, ids=lambda q: q.name)
+def test_the_tensor_core_gemm_takes_k_quants_bitwise_the_matvec_row_by_row(qtype, shape):
+    """Q4_K's units are sub-blocks of 256-element super-blocks, each with a
+    6-bit scale and min: the MMA gives the integer sum, the rest is the
+    matvec's expression, so every row keeps the matvec's bits."""
+    _check_gemm(qtype, shape, seed=shape[0] * 37 + shape[1] + id_of(qtype))
+
+
 @pytest.mark.parametrize("shape", GEMM_LARGE, ids=lambda s: f"rows{s[0]}-{s[1]}x{s[2]}")
-@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q8_0, GT.Q4_K], ids=lambda q: q.name)
 def test_the_tensor_core_gemm_on_a_full_prefill_chunk_of_the_ffn_down(qtype, shape):
     _check_gemm(qtype, shape, seed=3 + id_of(qtype))
 
@@ -702,6 +715,6 @@ def test_a_matrix_ending_off_a_4_byte_boundary_takes_the_matvec_tiles():
 
 
 def test_the_gemm_refuses_types_without_a_kernel():
-    raw, x = _gemm_case(GT.Q4_K, (8, 16, 256), seed=0)
+    raw, x = _gemm_case(GT.Q6_K, (8, 16, 256), seed=0)
     with pytest.raises(ValueError, match="no tensor-core GEMM"):
-        t.cuda_gemm_mma(id_of(GT.Q4_K), raw, 16, x)
+        t.cuda_gemm_mma(id_of(GT.Q6_K), raw, 16, x)

@@ -301,8 +301,8 @@ ActivationView matvec_glu_quantized(DType type, const MatvecTarget* gate_up, con
                                     void* stream);
 
 // The tensor-core GEMM of prefill (ops_gemm_mma.cu). matvec hands calls of
-// kGemmMinRows rows or more to gemm_mma, which takes Q4_0, Q4_1, Q5_0, Q5_1
-// and Q8_0 weights; other types and refused matrices run matvec's tiles of
+// kGemmMinRows rows or more to gemm_mma, which takes Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0 and Q4_K weights; other types and refused matrices run matvec's tiles of
 // kPrefillTileRows. Both give a row the same bits.
 //
 // Rows from which matvec takes the GEMM. A launch of up to 64 rows costs
@@ -312,7 +312,7 @@ ActivationView matvec_glu_quantized(DType type, const MatvecTarget* gate_up, con
 // passes (40 rows), the GEMM from 41 rows on (and 3.5x at 512 rows).
 constexpr size_t kGemmMinRows = 41;
 
-// Weight types with an int8 tensor-core GEMM (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+// Weight types with an int8 tensor-core GEMM (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K).
 bool has_gemm_mma(DType type);
 
 // What matvec computes, on the tensor cores: every output bitwise the matvec

@@ -64,6 +64,17 @@ struct RawBlock {
   static constexpr int kWords = T::kBlockBytes % 4 == 0 ? T::kBlockBytes / 4 : (T::kBlockBytes + 2 + 3) / 4;
   static constexpr int kStride = kWords | 1;
 };
+// Q4_K's unit (sub-block t of a 144-byte super-block): words 0..3 hold d,
+// dmin and the 12 scale bytes, words 4..11 the sub-block's 32 quant bytes
+// (the 32 bytes at 16 + 32 (t / 2), low nibbles for even t, high for odd).
+template <>
+struct RawBlock<TypeQ4_K> {
+  static constexpr int kWords = 12;
+  static constexpr int kStride = 13;
+  __device__ __forceinline__ static unsigned word_offset(int word, int t) {
+    return word < 4 ? 4u * word : 16u + 32u * static_cast<unsigned>(t / 2) + 4u * (word - 4);
+  }
+};
 
 // p itself, as a value the compiler cannot recompute: per-lane pointers set
 // up once stay in registers instead of being rebuilt from the kernel
@@ -207,6 +218,7 @@ bool with_gemm_type(DType type, F&& f) {
     case DType::Q5_0: f.template operator()<TypeQ5_0>(); return true;
     case DType::Q5_1: f.template operator()<TypeQ5_1>(); return true;
     case DType::Q8_0: f.template operator()<TypeQ8_0>(); return true;
+    case DType::Q4_K: f.template operator()<TypeQ4_K>(); return true;
     default: return false;
   }
 }

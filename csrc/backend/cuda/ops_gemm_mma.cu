@@ -70,6 +70,7 @@ bool has_gemm_mma(DType type) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q8_0:
+    case DType::Q4_K:
       return true;
     default:
       return false;

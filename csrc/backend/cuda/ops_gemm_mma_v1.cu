@@ -6,6 +6,7 @@
 // stack, 255 registers), 8 units per stage, the next stage's copies in flight
 // while one is computed, the weights decoded between two barriers.
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/cuda_error.h"
@@ -21,15 +22,30 @@ static_assert(kTileRows % 32 == 0 && kTileOut % 32 == 0, "a warp stages whole ro
 // buffered (the next stage lands while this one is computed); weights arrive
 // raw (cp.async of the covering words) and are decoded by T::load_block into
 // `w` between stages, so `raw` and the decoded weights need one buffer each.
+//
+// The K-quants (kSuper, Q4_K): a unit is a 32-element sub-block of a
+// 256-element super-block; its weights bring d and dmin (wd, wm: the
+// super-block's) and the sub-block's 6-bit scale and min (wscmn: sc | mn <<
+// 8), its activations the Q8_K row's d of the super-block (ad) and the two
+// 16-element sums of the unit (bs).
+template <typename T>
+constexpr bool kSuper = T::kBlockElems == 256;
+template <typename T, bool = kSuper<T>>
+struct Q8_1Min : std::bool_constant<T::kHasMin> {};
+template <typename T>
+struct Q8_1Min<T, true> : std::false_type {};
 template <typename T>
 struct Smem {
-  static constexpr bool kHasMin = T::kHasMin;
+  static constexpr bool kHasMin = Q8_1Min<T>::value;
+  static constexpr bool kWm = kHasMin || kSuper<T>;
   int4 a[2][kStageUnits][kTileRows][2];  // activation quants, 32 bytes per (unit, row), swizzled halves
   int4 w[kStageUnits][kTileOut][2];      // weight quants as T::load decodes them, swizzled halves
   float ad[2][kStageUnits][kTileRows];
   float as[2][kHasMin ? kStageUnits : 1][kTileRows];  // Q8_1 s (only with a weight min)
+  int2 bs[2][kSuper<T> ? kStageUnits : 1][kTileRows];  // Q8_K: the unit's two 16-element sums
   float wd[kStageUnits][kTileOut];
-  float wm[kHasMin ? kStageUnits : 1][kTileOut];
+  float wm[kWm ? kStageUnits : 1][kTileOut];
+  int wscmn[kSuper<T> ? kStageUnits : 1][kTileOut];
   uint32_t raw[kStageUnits][kTileOut][RawBlock<T>::kStride];
 };
 
@@ -39,7 +55,7 @@ template <typename T, int kP>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, size_t n_out, int n_units,
                     int stages_per_class, ActivationView x, size_t n_rows, float* __restrict__ y, size_t ld_y) {
-  constexpr bool kHasMin = T::kHasMin;
+  constexpr bool kHasMin = Q8_1Min<T>::value, kK = kSuper<T>, kWm = Smem<T>::kWm;
   constexpr int kRawWords = RawBlock<T>::kWords;
   dependent_launch_begin();  // before the first read of the activations (dependent_launch.cuh)
   extern __shared__ int4 smem_raw[];
@@ -87,19 +103,34 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < kTileRows / 32; ++j) {  // activation scales
       const int row = lane + 32 * j;
       const bool ok = unit_ok && r0 + row < n_rows;
-      const size_t at = ok ? (r0 + row) * units_per_row + u : 0;
-      cp_async4(&sm.ad[buf][my_slot][row], x.d + at, ok ? 4u : 0u);
-      if constexpr (kHasMin) cp_async4(&sm.as[buf][my_slot][row], x.s + at, ok ? 4u : 0u);
+      if constexpr (kK) {
+        // Q8_K: one d per super-block, a sum per 16 elements.
+        const size_t at = ok ? (r0 + row) * (k / 256) + u / 8 : 0;
+        const size_t bs_at = ok ? (r0 + row) * (k / 16) + 2 * static_cast<size_t>(u) : 0;
+        cp_async4(&sm.ad[buf][my_slot][row], x.d + at, ok ? 4u : 0u);
+        cp_async4(&sm.bs[buf][my_slot][row].x, x.bsum + bs_at, ok ? 4u : 0u);
+        cp_async4(&sm.bs[buf][my_slot][row].y, x.bsum + bs_at + 1, ok ? 4u : 0u);
+      } else {
+        const size_t at = ok ? (r0 + row) * units_per_row + u : 0;
+        cp_async4(&sm.ad[buf][my_slot][row], x.d + at, ok ? 4u : 0u);
+        if constexpr (kHasMin) cp_async4(&sm.as[buf][my_slot][row], x.s + at, ok ? 4u : 0u);
+      }
     }
-    const unsigned unit_at = T::kBlockBytes * static_cast<unsigned>(u);
+    const unsigned unit_at = kK ? T::kBlockBytes * static_cast<unsigned>(u / 8) : T::kBlockBytes * static_cast<unsigned>(u);
 #pragma unroll
     for (int j = 0; j < kTileOut * kRawWords / 32; ++j) {  // raw weight words: (row, word) pairs
       const int e = lane + 32 * j;
       const int row = e / kRawWords, word = e % kRawWords;
       const bool ok = unit_ok && n0 + row < n_out;
       // Covering words stay inside the matrix: it starts and (gemm_mma
-      // checks) ends 4-byte aligned.
-      const unsigned at = ((row * row_bytes32 + unit_at) & ~3u) + 4u * word;
+      // checks) ends 4-byte aligned. K-quants: the super-block's d, dmin and
+      // scales (words 0..3), then the 8 words of the sub-block's quant bytes.
+      unsigned at;
+      if constexpr (kK) {
+        at = row * row_bytes32 + unit_at + RawBlock<T>::word_offset(word, u % 8);
+      } else {
+        at = ((row * row_bytes32 + unit_at) & ~3u) + 4u * word;
+      }
       cp_async4(&sm.raw[my_slot][row][word], ok ? w_tile + at : w, ok ? 4u : 0u);
     }
     cp_async_commit();
@@ -115,19 +146,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int j = 0; j < kTileOut / 32; ++j) {
       const int row = lane + 32 * j;
       typename T::Unit unit;
-      if (u < n_units && n0 + row < n_out) {
-        const unsigned at = row * row_bytes32 + unit_at;
-        T::load_block(reinterpret_cast<const uint8_t*>(sm.raw[my_slot][row]) + (at & 3u), unit);
-      } else {
+      const bool ok = u < n_units && n0 + row < n_out;
+      if constexpr (kK) {
+        if (ok) {
+          T::load_raw(sm.raw[my_slot][row], u % 8, unit);
+        } else {
 #pragma unroll
-        for (int q = 0; q < 8; ++q) unit.q[q] = 0;
-        unit.d = 0.0f;
-        if constexpr (kHasMin) unit.m = 0.0f;
+          for (int q = 0; q < 8; ++q) unit.q[q] = 0;
+          unit.sc = unit.mn = 0;
+          unit.d = unit.dmin = 0.0f;
+        }
+        sm.wm[my_slot][row] = unit.dmin;
+        sm.wscmn[my_slot][row] = unit.sc | (unit.mn << 8);
+      } else {
+        if (ok) {
+          const unsigned at = row * row_bytes32 + unit_at;
+          T::load_block(reinterpret_cast<const uint8_t*>(sm.raw[my_slot][row]) + (at & 3u), unit);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 8; ++q) unit.q[q] = 0;
+          unit.d = 0.0f;
+          if constexpr (kHasMin) unit.m = 0.0f;
+        }
+        if constexpr (kHasMin) sm.wm[my_slot][row] = unit.m;
       }
       sm.w[my_slot][row][swizzled_half(row, 0)] = make_int4(unit.q[0], unit.q[1], unit.q[2], unit.q[3]);
       sm.w[my_slot][row][swizzled_half(row, 1)] = make_int4(unit.q[4], unit.q[5], unit.q[6], unit.q[7]);
       sm.wd[my_slot][row] = unit.d;
-      if constexpr (kHasMin) sm.wm[my_slot][row] = unit.m;
     }
   };
 
@@ -163,6 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &sm.a[buf][kSlot][a_row[mi]][a_half[mi]]);
     ldmatrix_x4(b, &sm.w[kSlot][b_row][b_half]);
     float ad[2][2], as[2][2], wd[2][2], wm[2][2];
+    int bs[2][2], scmn[2][2];  // K-quants: a row's 32-element sum; an output's sc | mn << 8
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
@@ -170,6 +216,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int row = warp_row + 16 * mi + g + 8 * h;
         ad[mi][h] = sm.ad[buf][kSlot][row];
         as[mi][h] = kHasMin ? sm.as[buf][kSlot][row] : 0.0f;
+        if constexpr (kK) {
+          const int2 pair = sm.bs[buf][kSlot][row];
+          bs[mi][h] = pair.x + pair.y;
+        }
       }
     }
 #pragma unroll
@@ -178,12 +228,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float2 d2 = *reinterpret_cast<const float2*>(&sm.wd[kSlot][col]);
       wd[ni][0] = d2.x;
       wd[ni][1] = d2.y;
-      if constexpr (kHasMin) {
+      if constexpr (kWm) {
         const float2 m2 = *reinterpret_cast<const float2*>(&sm.wm[kSlot][col]);
         wm[ni][0] = m2.x;
         wm[ni][1] = m2.y;
       } else {
         wm[ni][0] = wm[ni][1] = 0.0f;
+      }
+      if constexpr (kK) {
+        const int2 s2 = *reinterpret_cast<const int2*>(&sm.wscmn[kSlot][col]);
+        scmn[ni][0] = s2.x;
+        scmn[ni][1] = s2.y;
       }
     }
 #pragma unroll
@@ -191,12 +246,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int ni = 0; ni < 2; ++ni) {
         int d[4];
-        mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], kMagicBits);
+        if constexpr (kK) {
+          // The unit's integer sum, then TypeQ4_K::dot's expression: sc and
+          // mn scale the integer sums exactly, each converted exactly (below
+          // 2^22 in magnitude: see T::kGemmSumBound), and the float
+          // operations in dot's order, added to acc as add_unit_term does.
+          mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], 0);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float sumf = __int_as_float(d[c]) - kMagic;
-          const int o = (mi * 2 + ni) * 4 + c;
-          acc[o] = T::add_scaled(acc[o], sumf, wd[ni][c & 1], wm[ni][c & 1], ad[mi][c >> 1], as[mi][c >> 1]);
+          for (int c = 0; c < 4; ++c) {
+            const int sc = scmn[ni][c & 1] & 0xff, mn = scmn[ni][c & 1] >> 8;
+            const float si = __int_as_float(kMagicBits + sc * d[c]) - kMagic;
+            const float smin = __int_as_float(kMagicBits + mn * bs[mi][c >> 1]) - kMagic;
+            const float a_d = ad[mi][c >> 1];
+            const int o = (mi * 2 + ni) * 4 + c;
+            acc[o] = acc[o] + (__fmul_rn(__fmul_rn(a_d, wd[ni][c & 1]), si) -
+                               __fmul_rn(__fmul_rn(a_d, wm[ni][c & 1]), smin));
+          }
+        } else {
+          mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], kMagicBits);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const float sumf = __int_as_float(d[c]) - kMagic;
+            const int o = (mi * 2 + ni) * 4 + c;
+            acc[o] = T::add_scaled(acc[o], sumf, wd[ni][c & 1], wm[ni][c & 1], ad[mi][c >> 1], as[mi][c >> 1]);
+          }
         }
       }
     }

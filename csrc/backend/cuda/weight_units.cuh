@@ -342,6 +342,18 @@ struct TypeQ4_K {
 #pragma unroll
     for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((load_u32_a4(b + 16 + 32 * p + 4 * i) >> shift) & 0x0f0f0f0fu);
   }
+  // The tensor-core GEMM's decode of sub-block t from the 12 words
+  // RawBlock<TypeQ4_K> copies (the super-block's words 0..3, then the 8
+  // words of the sub-block's quant bytes): the same Unit as load's.
+  __device__ static void load_raw(const uint32_t* words, int t, Unit& w) {
+    const uint8_t* head = reinterpret_cast<const uint8_t*>(words);
+    k4_scale_min(head + 4, t, w.sc, w.mn);
+    w.d = f16_bits_to_f32(load_u16(head));
+    w.dmin = f16_bits_to_f32(load_u16(head + 2));
+    const int shift = 4 * (t % 2);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((words[4 + i] >> shift) & 0x0f0f0f0fu);
+  }
   __device__ static float dot(const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
     load_act(a, u, lo, hi);
