@@ -70,8 +70,13 @@ bool has_gemm_mma(DType type) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q8_0:
-    case DType::Q4_K:
       return true;
+    case DType::Q4_K: {
+      // MUSER_CUDA_GEMM_K=0 leaves Q4_K to the matvec tiles, for A/B runs
+      // (the same bits); read once.
+      static const bool k_quants = !env_is("MUSER_CUDA_GEMM_K", "0");
+      return k_quants;
+    }
     default:
       return false;
   }
