@@ -130,19 +130,22 @@ def test_matrices_sharing_an_input_in_one_launch_give_each_output_its_own_bits(q
 
 
 @pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q8_0], ids=lambda q: q.name)
-@pytest.mark.parametrize("n_outs,k", [((4096, 1024, 1024), 4096), ((300, 37), 1024), ((5, 0, 19), 576),
-                                      ((200,), 14336)], ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple)
-                         else str(v))
-def test_matrices_sharing_an_input_in_one_gemm_launch_give_each_output_its_own_bits(qtype, n_outs, k):
+@pytest.mark.parametrize("n_rows,n_outs,k", [(100, (4096, 1024, 1024), 4096), (512, (4096, 1024, 1024), 4096),
+                                             (100, (300, 37), 1024), (100, (5, 0, 19), 576),
+                                             (100, (200,), 14336)],
+                         ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_matrices_sharing_an_input_in_one_gemm_launch_give_each_output_its_own_bits(qtype, n_rows, n_outs, k):
     """At prefill row counts matvec_targets runs Q4_0's packed GEMM as one
     launch over all the matrices, the activations packed once (a matrix
     without a packed copy, n_out 0, sends the call back to one GEMM per
     matrix; other types always take that): each matrix's outputs are bitwise
     those of its own matvec at the same rows and of the decode kernel in
-    groups of 4."""
+    groups of 4. At 512 rows of llama3-8b's q/k/v the launch takes the
+    128-output blocks (8 x 48 of them: every SM of a GPU of up to 384), at
+    100 rows the 64-output ones."""
     rng = np.random.default_rng(sum(n_outs) + k + id_of(qtype))
     ws = [random_matrix(qtype, k, n, rng) if n else np.zeros(0, np.uint8) for n in n_outs]
-    x = rng.standard_normal((100, k)).astype(np.float32)
+    x = rng.standard_normal((n_rows, k)).astype(np.float32)
     ys = t.cuda_matvec_targets(id_of(qtype), ws, list(n_outs), x)
     assert len(ys) == len(n_outs)
     for y, w, n in zip(ys, ws, n_outs):
