@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &sm.a[buf][kSlot][a_row[mi]][a_half[mi]]);
     ldmatrix_x4(b, &sm.w[kSlot][b_row][b_half]);
     float ad[2][2], as[2][2], wd[2][2], wm[2][2];
-    int bs[2][2], scmn[2][2];  // K-quants: a row's 32-element sum; an output's sc | mn << 8
+    [[maybe_unused]] int bs[2][2], scmn[2][2];  // K-quants: a row's 32-element sum; an output's sc | mn << 8
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
