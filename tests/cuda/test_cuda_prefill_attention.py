@@ -165,3 +165,20 @@ def test_prefill_kernel_limits_and_the_automatic_choice_past_them():
         t.cuda_attention(k, v, q16, positions, 16, 1, 0, 0, 0.125, "flash")
     with pytest.raises(ValueError):
         t.cuda_attention(k, v, q16, positions, 16, 1, 0, 0, 0.125, "prefill", prefill_warps=17)
+
+
+def test_rows_past_one_prefill_launch_keep_their_bits():
+    """One launch of the prefill kernel takes up to 512 rows (a whole step,
+    its partials in the scratch); a call of more rows runs launches one after
+    the other over the same scratch, and every row keeps the decode kernel's
+    bits."""
+    n_head, n_head_kv, hd = LAYOUTS["llama3-8b"][:3]
+    rng = np.random.default_rng(640)
+    k = rng.standard_normal((800, n_head_kv * hd)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((800, n_head_kv * hd)).astype(np.float16).view(np.uint16)
+    q = (rng.standard_normal((700, n_head * hd)) / np.sqrt(hd) * 3).astype(np.float32)
+    positions = np.arange(60, 760)
+    ref = _attend(k, v, q, positions, n_head, n_head_kv, 0, 0, hd, "decode")
+    got = _attend(k, v, q, positions, n_head, n_head_kv, 0, 0, hd, "prefill")
+    mismatched = [i for i in range(len(positions)) if not np.array_equal(got[i], ref[i])]
+    assert not mismatched, mismatched[:5]

@@ -44,6 +44,7 @@
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "core/env_switch.h"
+#include "core/limits.h"
 #include "core/error.h"
 
 namespace muser::cuda {
@@ -800,14 +801,24 @@ constexpr size_t kCounterBytes = kTileRows * kMaxHeads * sizeof(unsigned);
 
 namespace {
 
-// Rows per launch of the prefill kernel, whose blocks (a KV head and 4 rows
-// at the default 16 warps and up to 4 heads per KV head) each walk all their
-// rows' chunks: enough blocks to fill the GPU about once, 128 per launch at
-// 64 rows and 8 KV heads, more rows at fewer KV heads (smollm2's 3: 128
-// rows, 96 blocks). Never fewer than the decode kernel's kTileRows, so the
-// scratch sized for it holds both.
+// Rows per launch of the prefill kernel: a whole step of up to
+// kMaxStepRows (512) rows in one launch, its partials in the
+// scratch (512 rows x 32 heads x 16 splits x 130 floats: 136 MB for
+// llama3-8b). Its blocks (a KV head and 4 rows at the default 16 warps)
+// take 128 registers a thread, one block an SM: launches of 64 rows (128
+// blocks, one wave on an H100's 132 SMs), one after the other, left each
+// SM idle between a launch's last block and the next launch's first, and
+// every launch's blocks ended together in their fold of the partials. One
+// launch of all the rows keeps each SM busy from block to block, the rows
+// with the most chunks first. MUSER_CUDA_PREFILL_TILE_ROWS=64 restores the
+// launches of 64 rows (128 at 3 to 7 KV heads, 256 below), for A/B runs:
+// the same bits either way (a row's work does not depend on its launch).
+// Never fewer than the decode kernel's kTileRows, so the scratch sized for
+// it holds both. Read once.
 size_t prefill_tile_rows(const AttentionShape& shape) {
-  return kTileRows * (shape.n_head_kv >= 8 ? 1 : shape.n_head_kv >= 3 ? 2 : 4);
+  static const bool small = env_is("MUSER_CUDA_PREFILL_TILE_ROWS", "64");
+  if (small) return kTileRows * (shape.n_head_kv >= 8 ? 1 : shape.n_head_kv >= 3 ? 2 : 4);
+  return std::max(kTileRows, kMaxStepRows);
 }
 
 }  // namespace
