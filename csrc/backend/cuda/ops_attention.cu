@@ -44,8 +44,8 @@
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "core/env_switch.h"
-#include "core/limits.h"
 #include "core/error.h"
+#include "core/limits.h"
 
 namespace muser::cuda {
 namespace {
@@ -802,19 +802,18 @@ constexpr size_t kCounterBytes = kTileRows * kMaxHeads * sizeof(unsigned);
 namespace {
 
 // Rows per launch of the prefill kernel: a whole step of up to
-// kMaxStepRows (512) rows in one launch, its partials in the
-// scratch (512 rows x 32 heads x 16 splits x 130 floats: 136 MB for
-// llama3-8b). Its blocks (a KV head and 4 rows at the default 16 warps)
-// take 128 registers a thread, one block an SM: launches of 64 rows (128
-// blocks, one wave on an H100's 132 SMs), one after the other, left each
-// SM idle between a launch's last block and the next launch's first, and
-// every launch's blocks ended together in their fold of the partials. One
-// launch of all the rows keeps each SM busy from block to block, the rows
-// with the most chunks first. MUSER_CUDA_PREFILL_TILE_ROWS=64 restores the
-// launches of 64 rows (128 at 3 to 7 KV heads, 256 below), for A/B runs:
-// the same bits either way (a row's work does not depend on its launch).
-// Never fewer than the decode kernel's kTileRows, so the scratch sized for
-// it holds both. Read once.
+// kMaxStepRows (512) rows in one launch, its partials in the scratch (512
+// rows x 32 heads x 16 splits x 130 floats: 136 MB for llama3-8b). Launches
+// of 64 rows (128 blocks of a KV head and 4 rows at 8 KV heads, 96 blocks of
+// 128 rows at smollm2-135m's 3) ran one after the other, each under one wave
+// on an H100's 132 SMs (the blocks' 128 registers a thread allow one block
+// an SM). On an H100 (2026-12-06) one launch took smollm2-135m's pp512 from
+// 90,652 to 103,990 tok/s and left llama3-8b's as it was (10,185 / 10,181):
+// its 8 launches each filled the GPU, and its attention stays 229 us a
+// layer. MUSER_CUDA_PREFILL_TILE_ROWS=64 restores the launches of 64 rows
+// (128 at 3 to 7 KV heads, 256 below) for A/B runs: the same bits either way
+// (a row's work does not depend on its launch). Never fewer than the decode
+// kernel's kTileRows, so the scratch sized for it holds both. Read once.
 size_t prefill_tile_rows(const AttentionShape& shape) {
   static const bool small = env_is("MUSER_CUDA_PREFILL_TILE_ROWS", "64");
   if (small) return kTileRows * (shape.n_head_kv >= 8 ? 1 : shape.n_head_kv >= 3 ? 2 : 4);

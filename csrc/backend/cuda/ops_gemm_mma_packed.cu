@@ -461,13 +461,16 @@ void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStr
 namespace {
 
 // The block shape of a launch over n_rows rows whose targets take
-// `wide_tiles` 128-output tiles: the 64 x 128 block of 16 warps (BlockShape<2>) where its grid still
-// covers every SM at least once, the 64 x 64 block of 8 warps otherwise.
-// On an H200 (2026-12-06) the wide block took llama3-8b Q4_0 pp512 from
-// 9,712 to 9,999 tok/s (its launches have 256 to 1,792 wide blocks) and
-// smollm2-135m's from 97,380 to 83,945 (8 to 60 wide blocks: half the
-// blocks on an idle GPU). MUSER_CUDA_GEMM_WIDE=1 or 0 forces one shape for
-// A/B runs (the same bits either way). Both read once (the backend runs on
+// `wide_tiles` 128-output tiles: the 64 x 128 block of 16 warps
+// (BlockShape<2>) where its grid still covers every SM at least once, the
+// 64 x 64 block of 8 warps otherwise. Forced wide on an H200 (2026-12-06),
+// llama3-8b Q4_0 pp512 went from 9,712 to 9,999 tok/s (its launches have
+// 256 to 1,792 wide blocks) and smollm2-135m's from 97,380 to 83,945 (8 to
+// 60 wide blocks: half the blocks on an idle GPU). Chosen this way on an
+// H100: llama3-8b 10,181 against 10,007 with the narrow block everywhere,
+// smollm2-135m 103,990 against 106,238 (its gate/up launch, 192 wide
+// blocks, takes them). MUSER_CUDA_GEMM_WIDE=1 or 0 forces one shape for A/B
+// runs (the same bits either way). Both read once (the backend runs on
 // device 0 only).
 bool wide_blocks(size_t n_rows, unsigned wide_tiles) {
   static const int forced = env_is("MUSER_CUDA_GEMM_WIDE", "1") ? 1 : env_is("MUSER_CUDA_GEMM_WIDE", "0") ? 0 : -1;
