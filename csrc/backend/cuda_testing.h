@@ -148,6 +148,12 @@ double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, cons
 // Device memory free right now (bytes).
 size_t device_free_bytes();
 
+// The shared memory a block may opt in to on this device (bytes), and
+// whether Q4_0's prefill GEMM takes its packed kernel here (the kernel's
+// blocks fit that; else v1 reads the blocks and no copy is made).
+size_t shared_memory_per_block_optin();
+bool gemm_packs(DType type);
+
 // Holds `bytes` of device memory until release() or destruction, so tests
 // can run the out-of-memory paths on a large GPU. Throws DeviceMemoryError
 // when the device cannot give that much.

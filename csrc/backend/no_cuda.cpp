@@ -63,6 +63,8 @@ void attention_on_shared_scratch(const AttentionCase&, const std::vector<size_t>
 }
 NormQuantized attention_quantized(const AttentionCase&, ActivationFormat) { unavailable("attention_quantized"); }
 size_t device_free_bytes() { unavailable("device_free_bytes"); }
+size_t shared_memory_per_block_optin() { unavailable("shared_memory_per_block_optin"); }
+bool gemm_packs(DType) { unavailable("gemm_packs"); }
 DeviceMemoryHold::DeviceMemoryHold(size_t) { unavailable("DeviceMemoryHold"); }
 void DeviceMemoryHold::release() noexcept {}
 

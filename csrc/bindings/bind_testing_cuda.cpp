@@ -101,6 +101,11 @@ void choose_attention_kernel(cuda_testing::AttentionCase& c, const std::string& 
 
 void bind_testing_cuda(nb::module_& m) {
   m.def("cuda_free_bytes", &cuda_testing::device_free_bytes, "Device memory free right now, in bytes.");
+  m.def("cuda_shared_memory_per_block_optin", &cuda_testing::shared_memory_per_block_optin,
+        "The shared memory a block may opt in to on this device, in bytes.");
+  m.def(
+      "cuda_gemm_packs", [](uint32_t type_id) { return cuda_testing::gemm_packs(dtype_of(type_id)); },
+      nb::arg("type_id"), "Whether the prefill GEMM of this weight type takes its packed kernel on this device.");
   nb::class_<cuda_testing::DeviceMemoryHold>(m, "CudaMemoryHold",
                                              "Holds device memory until release() (tests of out-of-memory paths).")
       .def(nb::init<size_t>(), nb::arg("bytes"))

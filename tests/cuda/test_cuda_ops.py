@@ -721,3 +721,16 @@ def test_the_gemm_refuses_types_without_a_kernel():
     raw, x = _gemm_case(GT.Q6_K, (8, 16, 256), seed=0)
     with pytest.raises(ValueError, match="no tensor-core GEMM"):
         t.cuda_gemm_mma(id_of(GT.Q6_K), raw, 16, x)
+
+
+def test_the_packed_gemm_runs_where_the_device_gives_its_blocks_their_shared_memory():
+    """Q4_0's packed GEMM needs 112 KiB of shared memory a block (its wide
+    block 210 KiB, taken only where that fits too): on compute capability 9.0
+    (227 KiB a block) it runs and its weight copies are made; on a device
+    with less (8.6 and 8.9: 99 KiB) v1 reads the blocks and no copy is made.
+    Other types never pack."""
+    optin = t.cuda_shared_memory_per_block_optin()
+    assert optin > 0
+    assert t.cuda_gemm_packs(id_of(GT.Q4_0)) == (optin >= 112 * 1024)
+    assert not t.cuda_gemm_packs(id_of(GT.Q8_0))
+    assert not t.cuda_gemm_packs(id_of(GT.Q4_K))

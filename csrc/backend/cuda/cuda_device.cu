@@ -25,4 +25,17 @@ std::string probe_device() {
   return reason;
 }
 
+size_t shared_memory_per_block_optin() {
+  static const size_t bytes = [] {
+    int device = 0, optin = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaGetLastError();  // no sticky status for later calls
+      return size_t{0};
+    }
+    return static_cast<size_t>(optin);
+  }();
+  return bytes;
+}
+
 }  // namespace muser::cuda

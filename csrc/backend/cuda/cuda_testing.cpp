@@ -726,6 +726,16 @@ size_t device_free_bytes() {
   return free_bytes;
 }
 
+size_t shared_memory_per_block_optin() {
+  require_device();
+  return cuda::shared_memory_per_block_optin();
+}
+
+bool gemm_packs(DType type) {
+  require_device();
+  return cuda::gemm_packs(type);
+}
+
 DeviceMemoryHold::DeviceMemoryHold(size_t bytes) {
   require_device();
   cuda::DeviceBuffer buf(bytes, "test hold");

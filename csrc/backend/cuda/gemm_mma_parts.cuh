@@ -237,5 +237,9 @@ size_t packed_activation_bytes(size_t n_rows, size_t k);
 void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream);
 void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                         cudaStream_t stream);
+// Whether this device's blocks may take the packed kernel's shared memory:
+// its 64 x 64 block (112 KiB: not on compute capability 8.6 and 8.9), or
+// the 64 x 128 one (wide; 210 KiB: compute capability 9.0 only).
+bool packed_block_fits(bool wide);
 
 }  // namespace muser::cuda::gemm

@@ -82,7 +82,12 @@ bool has_gemm_mma(DType type) {
   }
 }
 
-bool gemm_packs(DType type) { return type == DType::Q4_0 && gemm::requested_version() == gemm::kPackedVersion; }
+// Q4_0 under the default version, on a device whose blocks may take the
+// packed kernel's shared memory (elsewhere v1 reads the blocks, and no copy
+// is made).
+bool gemm_packs(DType type) {
+  return type == DType::Q4_0 && gemm::requested_version() == gemm::kPackedVersion && gemm::packed_block_fits(false);
+}
 
 size_t gemm_packed_weight_bytes(DType type, size_t n_out, size_t k) {
   return gemm_packs(type) ? gemm::packed_weight_bytes(n_out, k) : 0;

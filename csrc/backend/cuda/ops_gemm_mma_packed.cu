@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
@@ -470,9 +471,11 @@ namespace {
 // H100: llama3-8b 10,181 against 10,007 with the narrow block everywhere,
 // smollm2-135m 103,990 against 106,238 (its gate/up launch, 192 wide
 // blocks, takes them). MUSER_CUDA_GEMM_WIDE=1 or 0 forces one shape for A/B
-// runs (the same bits either way). Both read once (the backend runs on
-// device 0 only).
+// runs (the same bits either way), where the device's blocks may take the
+// wide block's shared memory (else the narrow block always). Both read once
+// (the backend runs on device 0 only).
 bool wide_blocks(size_t n_rows, unsigned wide_tiles) {
+  if (!packed_block_fits(true)) return false;
   static const int forced = env_is("MUSER_CUDA_GEMM_WIDE", "1") ? 1 : env_is("MUSER_CUDA_GEMM_WIDE", "0") ? 0 : -1;
   if (forced >= 0) return forced == 1;
   static const unsigned sm_count = [] {
@@ -486,6 +489,11 @@ bool wide_blocks(size_t n_rows, unsigned wide_tiles) {
 }
 
 }  // namespace
+
+bool packed_block_fits(bool wide) {
+  const int bytes = wide ? BlockShape<2>::kSmemBytes : BlockShape<1>::kSmemBytes;
+  return static_cast<size_t>(bytes) <= shared_memory_per_block_optin();
+}
 
 void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                         cudaStream_t stream) {
