@@ -247,20 +247,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int ni = 0; ni < 2; ++ni) {
         int d[4];
         if constexpr (kK) {
-          // The unit's integer sum, then TypeQ4_K::dot's expression: sc and
-          // mn scale the integer sums exactly, each converted exactly (below
-          // 2^22 in magnitude: see T::kGemmSumBound), and the float
-          // operations in dot's order, added to acc as add_unit_term does.
+          // The unit's integer sum, then TypeQ4_K::dot's term: sc and mn
+          // scale the integer sums exactly, each converted exactly by the
+          // magic number (below 2^22 in magnitude: |sc isum| <= 63 * 32 *
+          // 15 * 127, |mn bsum| <= 63 * 32 * 127), added to acc as
+          // add_unit_term does.
           mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], 0);
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const int sc = scmn[ni][c & 1] & 0xff, mn = scmn[ni][c & 1] >> 8;
             const float si = __int_as_float(kMagicBits + sc * d[c]) - kMagic;
             const float smin = __int_as_float(kMagicBits + mn * bs[mi][c >> 1]) - kMagic;
-            const float a_d = ad[mi][c >> 1];
             const int o = (mi * 2 + ni) * 4 + c;
-            acc[o] = acc[o] + (__fmul_rn(__fmul_rn(a_d, wd[ni][c & 1]), si) -
-                               __fmul_rn(__fmul_rn(a_d, wm[ni][c & 1]), smin));
+            acc[o] = acc[o] + T::term(ad[mi][c >> 1], wd[ni][c & 1], wm[ni][c & 1], si, smin);
           }
         } else {
           mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], kMagicBits);

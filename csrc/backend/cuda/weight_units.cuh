@@ -333,34 +333,40 @@ struct TypeQ4_K {
   static constexpr int kBlockElems = 256, kBlockBytes = 144, kUnitsPerBlock = 8;
   static constexpr ActivationFormat kFormat = ActivationFormat::Q8_K;
   struct Unit { int q[8]; int sc, mn; float d, dmin; };
-  __device__ static void load(const uint8_t* row, int u, Unit& w) {
-    const uint8_t* b = row + kBlockBytes * (u / 8);
-    const int t = u % 8, p = t / 2, shift = 4 * (t % 2);
-    k4_scale_min(b + 4, t, w.sc, w.mn);
-    w.d = f16_bits_to_f32(load_u16(b));
-    w.dmin = f16_bits_to_f32(load_u16(b + 2));
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((load_u32_a4(b + 16 + 32 * p + 4 * i) >> shift) & 0x0f0f0f0fu);
-  }
-  // The tensor-core GEMM's decode of sub-block t from the 12 words
-  // RawBlock<TypeQ4_K> copies (the super-block's words 0..3, then the 8
-  // words of the sub-block's quant bytes): the same Unit as load's.
-  __device__ static void load_raw(const uint32_t* words, int t, Unit& w) {
-    const uint8_t* head = reinterpret_cast<const uint8_t*>(words);
+  // Sub-block t from its super-block's first 16 bytes (d, dmin, the 12
+  // scale bytes) and its 32 quant bytes (low nibbles for even t, high for
+  // odd), both 4-byte aligned.
+  __device__ __forceinline__ static void decode(const uint8_t* head, const uint8_t* quants, int t, Unit& w) {
     k4_scale_min(head + 4, t, w.sc, w.mn);
     w.d = f16_bits_to_f32(load_u16(head));
     w.dmin = f16_bits_to_f32(load_u16(head + 2));
     const int shift = 4 * (t % 2);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((words[4 + i] >> shift) & 0x0f0f0f0fu);
+    for (int i = 0; i < 8; ++i) w.q[i] = static_cast<int>((load_u32_a4(quants + 4 * i) >> shift) & 0x0f0f0f0fu);
+  }
+  __device__ static void load(const uint8_t* row, int u, Unit& w) {
+    const uint8_t* b = row + kBlockBytes * (u / 8);
+    const int t = u % 8;
+    decode(b, b + 16 + 32 * (t / 2), t, w);
+  }
+  // The tensor-core GEMM's decode of sub-block t from the 12 words
+  // RawBlock<TypeQ4_K> copies (the super-block's words 0..3, then the 8
+  // words of the sub-block's quant bytes): the same Unit as load's.
+  __device__ static void load_raw(const uint32_t* words, int t, Unit& w) {
+    decode(reinterpret_cast<const uint8_t*>(words), reinterpret_cast<const uint8_t*>(words + 4), t, w);
+  }
+  // A unit's term from its exact integer sums, sc * isum (si) and mn * bsum
+  // (sm), each converted exactly: dot's expression, which the GEMM computes
+  // too, so both round every term alike.
+  __device__ __forceinline__ static float term(float ad, float d, float dmin, float si, float sm) {
+    return (ad * d) * si - (ad * dmin) * sm;
   }
   __device__ static float dot(const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
     load_act(a, u, lo, hi);
     const int si = w.sc * (dot16(w.q, lo) + dot16(w.q + 4, hi));
     const int sm = w.mn * (a.bsum[2 * u] + a.bsum[2 * u + 1]);
-    const float ad = a.d[u / 8];
-    return (ad * w.d) * static_cast<float>(si) - (ad * w.dmin) * static_cast<float>(sm);
+    return term(a.d[u / 8], w.d, w.dmin, static_cast<float>(si), static_cast<float>(sm));
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * (u / 8);
