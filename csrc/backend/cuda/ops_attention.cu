@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/quantize_block.cuh"
@@ -886,11 +887,9 @@ SharedKernel shared_kernel(int np, int hg, bool full) {
 // shared memory its launch asks for, so occupancy is the launch's.
 size_t prefill_staging_limit() {
   static const size_t limit = [] {
-    int device = 0, optin = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-               "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-    const int bytes = optin - static_cast<int>(sizeof(SharedRow) * kSharedMaxWarps);
+    const size_t optin = shared_memory_per_block_optin();
+    if (optin == 0) throw InternalError("[cuda attention] the device's shared memory per block could not be asked");
+    const int bytes = static_cast<int>(optin) - static_cast<int>(sizeof(SharedRow) * kSharedMaxWarps);
     for (int np = 1; np <= kMaxPairsPerLane; ++np) {
       for (const int hg : {1, 2, 4}) {
         for (const bool full : {false, true}) {
