@@ -154,6 +154,10 @@ size_t device_free_bytes();
 size_t shared_memory_per_block_optin();
 bool gemm_packs(DType type);
 
+// Whether attention of this head layout runs on the tensor cores
+// (attention_mma.cu) rather than the scalar kernels.
+bool attention_uses_tensor_cores(size_t n_head, size_t n_head_kv, size_t head_dim_k, size_t head_dim_v);
+
 // Holds `bytes` of device memory until release() or destruction, so tests
 // can run the out-of-memory paths on a large GPU. Throws DeviceMemoryError
 // when the device cannot give that much.

@@ -65,6 +65,7 @@ NormQuantized attention_quantized(const AttentionCase&, ActivationFormat) { unav
 size_t device_free_bytes() { unavailable("device_free_bytes"); }
 size_t shared_memory_per_block_optin() { unavailable("shared_memory_per_block_optin"); }
 bool gemm_packs(DType) { unavailable("gemm_packs"); }
+bool attention_uses_tensor_cores(size_t, size_t, size_t, size_t) { unavailable("attention_uses_tensor_cores"); }
 DeviceMemoryHold::DeviceMemoryHold(size_t) { unavailable("DeviceMemoryHold"); }
 void DeviceMemoryHold::release() noexcept {}
 

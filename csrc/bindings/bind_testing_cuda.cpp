@@ -106,6 +106,9 @@ void bind_testing_cuda(nb::module_& m) {
   m.def(
       "cuda_gemm_packs", [](uint32_t type_id) { return cuda_testing::gemm_packs(dtype_of(type_id)); },
       nb::arg("type_id"), "Whether the prefill GEMM of this weight type takes its packed kernel on this device.");
+  m.def("cuda_attention_uses_tensor_cores", &cuda_testing::attention_uses_tensor_cores, nb::arg("n_head"),
+        nb::arg("n_head_kv"), nb::arg("head_dim_k"), nb::arg("head_dim_v"),
+        "Whether attention of this head layout runs on the tensor cores rather than the scalar kernels.");
   nb::class_<cuda_testing::DeviceMemoryHold>(m, "CudaMemoryHold",
                                              "Holds device memory until release() (tests of out-of-memory paths).")
       .def(nb::init<size_t>(), nb::arg("bytes"))

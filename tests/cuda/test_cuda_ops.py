@@ -417,8 +417,15 @@ def test_rope_matches_numpy(neox):
 
 
 def _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, scale):
+    """float64 attention over the f16 planes. Where the layout runs on the
+    tensor cores, the queries are first scaled and rounded to f16 as the
+    kernel rounds them (the keys are f16 already), so what is left between
+    the two is the kernel's f16 rounding of the softmax weights."""
     hd_k = k.shape[1] // n_head_kv
     hd_v = v.shape[1] // n_head_kv
+    if t.cuda_attention_uses_tensor_cores(n_head, n_head_kv, hd_k, hd_v):
+        q = (q.astype(np.float32) * np.float32(scale)).astype(np.float16)
+        scale = 1.0
     kf = k.view(np.float16).astype(np.float64)
     vf = v.view(np.float16).astype(np.float64)
     group = n_head // n_head_kv
@@ -439,6 +446,15 @@ def _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, windo
 
 @pytest.mark.parametrize("layout", ["global", "ring"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
+def _tolerance(n_head, n_head_kv, hd_k, hd_v):
+    """(rtol, atol) against _attention_reference: the scalar kernels' float32
+    rounding, or the tensor cores' f16 weights (each off by up to 2^-11 of
+    itself, so the output by up to 2^-11 of the values' spread)."""
+    if t.cuda_attention_uses_tensor_cores(n_head, n_head_kv, hd_k, hd_v):
+        return 2e-3, 2e-3
+    return 1e-4, 2e-5
+
+
 def test_attention_matches_numpy_and_rows_are_independent(layout, head_dim):
     rng = np.random.default_rng(head_dim)
     n_head, n_head_kv = 8, 2
@@ -450,7 +466,8 @@ def test_attention_matches_numpy_and_rows_are_independent(layout, head_dim):
     q = (rng.standard_normal((len(positions), n_head * head_dim)) / np.sqrt(head_dim) * 3).astype(np.float32)
     gpu = t.cuda_attention(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 1.0)
     ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 1.0)
-    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=1e-5)
+    rtol, atol = _tolerance(n_head, n_head_kv, head_dim, head_dim)
+    np.testing.assert_allclose(gpu, ref, rtol=rtol, atol=atol)
     for r in range(len(positions)):
         alone = t.cuda_attention(k, v, np.ascontiguousarray(q[r:r + 1]), [positions[r]], n_head, n_head_kv,
                                  ring_rows, window, 1.0)
@@ -479,13 +496,14 @@ def test_attention_matches_numpy_at_every_context_length(head_dims):
     positions = LONG_POSITIONS
     q = (rng.standard_normal((len(positions), n_head * hd_k)) / np.sqrt(hd_k) * 3).astype(np.float32)
     scale = 1.0 / np.sqrt(hd_k)
+    rtol, atol = _tolerance(n_head, n_head_kv, hd_k, hd_v)
     gpu = t.cuda_attention(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
     ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
-    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(gpu, ref, rtol=rtol, atol=atol)
     # Sharp softmaxes (one position dominating) too.
     gpu = t.cuda_attention(k, v, q * 8, positions, n_head, n_head_kv, 0, 0, scale)
     ref = _attention_reference(k, v, q * 8, positions, n_head, n_head_kv, 0, 0, scale)
-    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(gpu, ref, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("ring_rows,window", [(300, 200), (160, 129), (4200, 4096), (64, 64), (40, 1)])
@@ -498,7 +516,7 @@ def test_attention_over_a_ring_with_a_sliding_window(ring_rows, window):
     q = (rng.standard_normal((len(positions), n_head * hd)) / np.sqrt(hd) * 3).astype(np.float32)
     gpu = t.cuda_attention(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 0.5)
     ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, 0.5)
-    np.testing.assert_allclose(gpu, ref, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(gpu, ref, *_tolerance(n_head, n_head_kv, hd, hd))
 
 
 def test_attention_rows_are_bitwise_independent_of_group_order_and_tile():
@@ -518,7 +536,7 @@ def test_attention_rows_are_bitwise_independent_of_group_order_and_tile():
 
     alone = [run([i])[0] for i in range(len(positions))]
     ref = _attention_reference(k, v, q, positions, n_head, n_head_kv, 0, 0, scale)
-    np.testing.assert_allclose(np.stack(alone), ref, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(np.stack(alone), ref, *_tolerance(n_head, n_head_kv, hd, hd))
     for rows in ([0, 1], [1, 0], [3, 2, 1], [2, 3, 1], [0, 1, 2, 3], [3, 2, 1, 0], [5, 3, 7, 4], [6, 6, 1, 5]):
         y = run(rows)
         for j, i in enumerate(rows):

@@ -1,6 +1,11 @@
 """The prefill attention kernel (cuda::AttentionKernel::Prefill: a block
 stages each K/V position once for several rows and the query heads of a KV
-head) against the decode kernel, row by row and bitwise.
+head) against the decode kernel, row by row and bitwise. On the layouts the
+tensor cores take (heads of 32, 64 or 128, up to 16 query heads per KV head:
+llama3-8b, smollm2, the sliding window of 128 below) both choices run the one
+tensor-core kernel, a prefill packing several rows into each MMA tile and a
+decode row filling one alone, so these tests check that a row's bits do not
+depend on the tile it shares.
 
 The exactness contract makes a prompt's prefill and the decode of its last
 token agree bit for bit, and a prefill the same in any chunking: so every
@@ -12,6 +17,11 @@ window (where each row's window starts one position later than the last's).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+
 import numpy as np
 import pytest
 
@@ -19,9 +29,11 @@ from muser._core import _testing as t
 
 # name: (n_head, n_head_kv, head_dim, ring_rows, window, plane_rows, long start)
 # Long starts put the segment's rows past 16 chunks (16 * 64, 16 * 128 and
-# 16 * 32 positions for heads of 128, 64 and 256), so a block takes several.
+# 16 * 32 positions for heads of 128, 64 and 256 in the scalar kernels,
+# 16 * 128 in the tensor-core one), so a block takes several.
 LAYOUTS = {
-    "llama3-8b": (32, 8, 128, 0, 0, 2048, 1500),
+    "llama3-8b": (32, 8, 128, 0, 0, 2200, 1600),
+    "sliding-128": (32, 8, 128, 1600, 1024, 1600, 1500),
     "smollm2": (9, 3, 64, 0, 0, 3200, 2600),
     "gemma3-sliding": (4, 1, 256, 1600, 1024, 1600, 1500),
     "gemma3-global": (8, 4, 256, 0, 0, 1300, 700),
@@ -182,3 +194,63 @@ def test_rows_past_one_prefill_launch_keep_their_bits():
     got = _attend(k, v, q, positions, n_head, n_head_kv, 0, 0, hd, "prefill")
     mismatched = [i for i in range(len(positions)) if not np.array_equal(got[i], ref[i])]
     assert not mismatched, mismatched[:5]
+
+
+def test_the_tensor_cores_take_the_real_models_head_layouts():
+    """llama3-8b (32 query heads over 8 KV heads of 128), llama-1b and
+    smollm2 (heads of 64) and up to 16 query heads per KV head run on the
+    tensor cores; heads of 256 (gemma3) or of other sizes, K and V heads of
+    different sizes and more query heads per KV head keep the scalar kernels."""
+    for layout in [(32, 8, 128, 128), (32, 8, 64, 64), (9, 3, 64, 64), (16, 1, 64, 64), (4, 4, 32, 32)]:
+        assert t.cuda_attention_uses_tensor_cores(*layout), layout
+    for layout in [(8, 4, 256, 256), (8, 2, 100, 100), (4, 2, 128, 64), (6, 3, 160, 160), (32, 1, 64, 64),
+                   (4, 2, 16, 16)]:
+        assert not t.cuda_attention_uses_tensor_cores(*layout), layout
+
+
+def test_the_scalar_kernels_stay_available_for_a_b_runs():
+    """MUSER_CUDA_ATTENTION_MMA=0 (read once per process) gives llama3-8b's
+    layout the scalar kernels: float32 scores within 1e-4 of float64, other
+    bits than the tensor cores' f16 weights, and still one set of bits for
+    decode and prefill."""
+    script = """
+import sys
+import numpy as np
+from muser._core import _testing as t
+rng = np.random.default_rng(9)
+k = rng.standard_normal((300, 8 * 128)).astype(np.float16).view(np.uint16)
+v = rng.standard_normal((300, 8 * 128)).astype(np.float16).view(np.uint16)
+q = (rng.standard_normal((40, 32 * 128)) / np.sqrt(128) * 3).astype(np.float32)
+pos = list(range(200, 240))
+out = {kind: t.cuda_attention(k, v, q, pos, 32, 8, 0, 0, 0.125, kind) for kind in ("decode", "prefill")}
+assert np.array_equal(out["decode"], out["prefill"])
+print(int(t.cuda_attention_uses_tensor_cores(32, 8, 128, 128)))
+np.save(sys.argv[1], out["decode"])
+"""
+    rng = np.random.default_rng(9)
+    k = rng.standard_normal((300, 8 * 128)).astype(np.float16).view(np.uint16)
+    v = rng.standard_normal((300, 8 * 128)).astype(np.float16).view(np.uint16)
+    q = (rng.standard_normal((40, 32 * 128)) / np.sqrt(128) * 3).astype(np.float32)
+    positions = list(range(200, 240))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "scalar.npy")
+        env = dict(os.environ, MUSER_CUDA_ATTENTION_MMA="0")
+        done = subprocess.run([sys.executable, "-c", script, path], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["0"]
+        scalar = np.load(path)
+    tensor = t.cuda_attention(k, v, q, positions, 32, 8, 0, 0, 0.125, "decode")
+    assert t.cuda_attention_uses_tensor_cores(32, 8, 128, 128)
+    kf = k.view(np.float16).astype(np.float64)
+    vf = v.view(np.float16).astype(np.float64)
+    ref = np.zeros_like(scalar, dtype=np.float64)
+    for r, p in enumerate(positions):
+        for h in range(32):
+            kv = h // 4
+            s = kf[:p + 1, kv * 128:(kv + 1) * 128] @ q[r, h * 128:(h + 1) * 128].astype(np.float64) * 0.125
+            w = np.exp(s - s.max())
+            ref[r, h * 128:(h + 1) * 128] = (w / w.sum()) @ vf[:p + 1, kv * 128:(kv + 1) * 128]
+    np.testing.assert_allclose(scalar, ref, rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(tensor, ref, rtol=2e-3, atol=2e-3)
+    assert not np.array_equal(scalar, tensor)

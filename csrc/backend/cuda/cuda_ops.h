@@ -244,6 +244,12 @@ void clear_attention_scratch(void* scratch, size_t bytes, void* stream);
 // prefill kernel (1..16, 0: its default of 8), for benchmarks and tests;
 // the bits do not depend on it either.
 enum class AttentionKernel { Auto, Decode, Prefill };
+// Whether attention of `shape` runs on the tensor cores (attention_mma.cu:
+// heads of 32, 64 or 128 dimensions, K and V alike, and up to 16 query heads
+// per KV head, unless MUSER_CUDA_ATTENTION_MMA=0). Its one kernel serves
+// every row count (`kernel` only chooses how rows share its tiles, and
+// prefill_warps is not used); other shapes take the scalar kernels above.
+bool attention_mma_applies(const AttentionShape& shape);
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,
                void* scratch, void* stream, AttentionKernel kernel = AttentionKernel::Auto, int prefill_warps = 0);
 // For a captured decode step, whose attention launches take every split

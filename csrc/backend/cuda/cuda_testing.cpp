@@ -736,6 +736,15 @@ bool gemm_packs(DType type) {
   return cuda::gemm_packs(type);
 }
 
+bool attention_uses_tensor_cores(size_t n_head, size_t n_head_kv, size_t head_dim_k, size_t head_dim_v) {
+  cuda::AttentionShape shape;
+  shape.n_head = n_head;
+  shape.n_head_kv = n_head_kv;
+  shape.head_dim_k = head_dim_k;
+  shape.head_dim_v = head_dim_v;
+  return cuda::attention_mma_applies(shape);
+}
+
 DeviceMemoryHold::DeviceMemoryHold(size_t bytes) {
   require_device();
   cuda::DeviceBuffer buf(bytes, "test hold");

@@ -22,6 +22,12 @@
 // in any prefill chunking. Short contexts leave most splits empty (their
 // blocks exit at once), long ones keep kSplits blocks per head busy.
 //
+// Heads of 32, 64 and 128 dimensions with up to 16 query heads per KV head
+// (llama3-8b, smollm2, ...) run on the tensor cores instead
+// (attention_mma.cu: the same partition and folds, f16 MMAs for the scores
+// and the weighted values, one kernel for decode and prefill); every other
+// shape runs the scalar kernels of this file.
+//
 // Two kernels compute exactly that: attention_partial_kernel (the decode
 // kernel, one block per (row, query head, split)) and, from 5 rows on,
 // attention_shared_kernel (the prefill kernel, further down: a block per
@@ -43,6 +49,8 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/attention_mma.h"
+#include "backend/cuda/attention_parts.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "core/env_switch.h"
 #include "core/error.h"
@@ -51,118 +59,14 @@
 namespace muser::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kSplits = 16;          // blocks per (row, head)
-constexpr size_t kTileRows = 64;     // rows per launch (bounds the scratch of a prefill step)
+using namespace attention_parts;
+
 constexpr int kMaxPairsPerLane = 4;  // head dimensions up to 32 * 2 * 4 = 256
 
 // Positions a warp scores at once for NP dimension pairs per lane: the K and
 // V registers of a group stay at 2 * G * NP half2 per lane.
 __host__ __device__ constexpr int group_positions(int np) { return np == 1 ? 32 : np == 2 ? 16 : 8; }
 __host__ __device__ constexpr int chunk_positions(int np) { return kWarps * group_positions(np); }
-
-__device__ __forceinline__ int first_visible(int pos, int window) {
-  return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
-}
-
-// Where the last block also writes the output quantized for the matvec
-// that reads it (attention_quantized): the view's q, d and s (Q8_1), or
-// nothing (q null).
-struct QuantizedOut {
-  int8_t* q = nullptr;
-  float* d = nullptr;
-  float* s = nullptr;
-  bool with_sum = false;
-};
-
-// The fold of kWarps online-softmax states (running max m[w], running sum
-// l[w]) in share order into one partial: the block max, the factors
-// f[w] = exp(m[w] - max) that scale each state's values, and the folded sum.
-// The decode kernel folds its warps and the prefill kernel its four shares
-// through this one piece, so their partials agree bit for bit. m[0] is
-// finite (share 0 scored the chunk's first position); a share that scored
-// nothing (max -inf) gets factor exp(-inf) = 0.
-struct ShareFold {
-  float max;
-  float f[kWarps];
-};
-
-__device__ __forceinline__ ShareFold fold_shares(const float* m) {
-  ShareFold fold;
-  fold.max = m[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w) fold.max = fmaxf(fold.max, m[w]);
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) fold.f[w] = expf(m[w] - fold.max);
-  return fold;
-}
-
-// Writes the partial's (max, folded sum) pair.
-__device__ __forceinline__ void store_fold(const ShareFold& fold, const float* l, float* ms) {
-  float sum = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) sum = __fmaf_rn(l[w], fold.f[w], sum);
-  ms[0] = fold.max;
-  ms[1] = sum;
-}
-
-// One value pair of the partial: the states' pairs (pair_of(w)) scaled by
-// their factors, in share order.
-template <typename PairOf>
-__device__ __forceinline__ float2 fold_pair(const ShareFold& fold, PairOf pair_of) {
-  float2 a = make_float2(0.0f, 0.0f);
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    const float2 v = pair_of(w);
-    a.x = __fmaf_rn(v.x, fold.f[w], a.x);
-    a.y = __fmaf_rn(v.y, fold.f[w], a.y);
-  }
-  return a;
-}
-
-// Folds the n_active partials from `base` in split order and divides by the
-// folded sum, into out[0, head_dim_v), element 0 being element `first` of
-// the attention output (for the quantized copy's block numbers). The
-// partials were written by other blocks of this launch: read through L2
-// (__ldcg), never a stale L1 line.
-// Threads tid of n_threads (a multiple of 32, whole warps) share the
-// elements; each element's operations are the same for any thread count.
-__device__ void combine_partials(int n_active, int head_dim_v, size_t base, const float* part_ms,
-                                 const float* part_acc, float* out, size_t first, const QuantizedOut& qo, int tid,
-                                 int n_threads) {
-  float row_max = -INFINITY;
-  for (int z = 0; z < n_active; ++z) row_max = fmaxf(row_max, __ldcg(part_ms + 2 * (base + z)));
-  float f[kSplits];
-  float sum = 0.0f;
-#pragma unroll
-  for (int z = 0; z < kSplits; ++z) {
-    f[z] = 0.0f;
-    if (z < n_active) {
-      f[z] = expf(__ldcg(part_ms + 2 * (base + z)) - row_max);
-      sum = __fmaf_rn(__ldcg(part_ms + 2 * (base + z) + 1), f[z], sum);
-    }
-  }
-  for (int d = tid; d < head_dim_v; d += n_threads) {
-    float a = 0.0f;
-#pragma unroll
-    for (int z = 0; z < kSplits; ++z) {
-      if (z < n_active) a = __fmaf_rn(__ldcg(part_acc + (base + z) * head_dim_v + d), f[z], a);
-    }
-    const float value = __fdiv_rn(a, sum);
-    out[d] = value;
-    // A warp's 32 elements are one quantization block: head_dim_v % 32 == 0
-    // and n_threads % 32 == 0 keep every warp of an iteration whole.
-    if (qo.q != nullptr) {
-      const size_t block = (first + d) / 32;
-      if (qo.with_sum) {
-        quantize_block32<true>(value, tid % 32, block, qo.q, qo.d, qo.s);
-      } else {
-        quantize_block32<false>(value, tid % 32, block, qo.q, qo.d, qo.s);
-      }
-    }
-  }
-}
 
 // One exchange step of the transposed butterfly: lanes kOffset apart swap
 // the half of their N values that the other keeps (compile-time indices
@@ -798,7 +702,9 @@ int pairs_per_lane(const AttentionShape& shape) {
 // them would let one launch's partials overwrite counters another left at
 // zero (a 5-row prefill after a 37-row one did, on the first GPU run).
 constexpr size_t kMaxHeads = 256;
-constexpr size_t kCounterBytes = kTileRows * kMaxHeads * sizeof(unsigned);
+// The tensor-core kernel counts per (tile, KV head) at (first row of the
+// tile) * n_head + (first head of the KV head): up to a whole step's rows.
+constexpr size_t kCounterBytes = std::max(kTileRows, kMaxStepRows) * kMaxHeads * sizeof(unsigned);
 
 namespace {
 
@@ -933,6 +839,17 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
   const int group = static_cast<int>(shape.n_head / shape.n_head_kv);
   const int hd_k = static_cast<int>(shape.head_dim_k), hd_v = static_cast<int>(shape.head_dim_v);
   const int window = static_cast<int>(shape.window);
+  if (prefill_warps < 0 || prefill_warps > kSharedMaxWarps) {
+    throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
+                          " warps: expected 1.." + std::to_string(kSharedMaxWarps) + " (0: the default)");
+  }
+  if (attention_mma_applies(shape)) {
+    const bool rows_together =
+        choice == AttentionKernel::Prefill || (choice == AttentionKernel::Auto && n_rows >= kSharedKvMinRows);
+    attention_mma(kv, shape, q, n_rows, out, done, part_ms, prefill_tile_rows(shape), qo, rows_together,
+                  prefetch_enabled(), s);
+    return;
+  }
   const bool shared_heads = group <= kSharedMaxWarps;
   if (choice == AttentionKernel::Prefill && !shared_heads) {
     throw InvalidArgument("[cuda attention] the prefill kernel takes at most " + std::to_string(kSharedMaxWarps) +
@@ -941,10 +858,6 @@ void run_attention(const KvRows& kv, const AttentionShape& shape, const float* q
   if (choice == AttentionKernel::Prefill ||
       (choice == AttentionKernel::Auto && shared_heads && n_rows >= kSharedKvMinRows)) {
     // block_rows rows x kWarps shares x n_sub head sets per block, one warp each.
-    if (prefill_warps < 0 || prefill_warps > kSharedMaxWarps) {
-      throw InvalidArgument("[cuda attention] prefill blocks of " + std::to_string(prefill_warps) +
-                            " warps: expected 1.." + std::to_string(kSharedMaxWarps) + " (0: the default)");
-    }
     const HeadSets sets = head_sets(group);
     const int per_row = kWarps * sets.n_sub;
     const int chunk = chunk_positions(np);
@@ -1020,7 +933,7 @@ int attention_decode_chunk(const void* kernel) {
   if (kernel == reinterpret_cast<const void*>(attention_partial_kernel<2>)) return chunk_positions(2);
   if (kernel == reinterpret_cast<const void*>(attention_partial_kernel<3>)) return chunk_positions(3);
   if (kernel == reinterpret_cast<const void*>(attention_partial_kernel<4>)) return chunk_positions(4);
-  return 0;
+  return attention_mma_chunk(kernel);
 }
 
 void attention(const KvRows& kv, const AttentionShape& shape, const float* q, size_t n_rows, float* out,

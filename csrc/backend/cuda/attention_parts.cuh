@@ -1,0 +1,125 @@
+// The pieces both attention kernel families share (ops_attention.cu's
+// scalar kernels and attention_mma.cu's tensor-core one): the split
+// partition's constants, the fold of a block's shares into a split's partial
+// and the fold of a row's partials in split order, so that each family
+// computes them with the same operations wherever it runs them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/quantize_block.cuh"
+
+namespace muser::cuda::attention_parts {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kSplits = 16;          // blocks per (row, head)
+constexpr size_t kTileRows = 64;     // rows per launch (bounds the scratch of a prefill step)
+
+__device__ __forceinline__ int first_visible(int pos, int window) {
+  return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+}
+
+// Where the last block also writes the output quantized for the matvec
+// that reads it (attention_quantized): the view's q, d and s (Q8_1), or
+// nothing (q null).
+struct QuantizedOut {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  float* s = nullptr;
+  bool with_sum = false;
+};
+
+// The fold of kWarps online-softmax states (running max m[w], running sum
+// l[w]) in share order into one partial: the block max, the factors
+// f[w] = exp(m[w] - max) that scale each state's values, and the folded sum.
+// The decode kernel folds its warps and the prefill kernel its four shares
+// through this one piece, so their partials agree bit for bit. m[0] is
+// finite (share 0 scored the chunk's first position); a share that scored
+// nothing (max -inf) gets factor exp(-inf) = 0.
+struct ShareFold {
+  float max;
+  float f[kWarps];
+};
+
+__device__ __forceinline__ ShareFold fold_shares(const float* m) {
+  ShareFold fold;
+  fold.max = m[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) fold.max = fmaxf(fold.max, m[w]);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) fold.f[w] = expf(m[w] - fold.max);
+  return fold;
+}
+
+// Writes the partial's (max, folded sum) pair.
+__device__ __forceinline__ void store_fold(const ShareFold& fold, const float* l, float* ms) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum = __fmaf_rn(l[w], fold.f[w], sum);
+  ms[0] = fold.max;
+  ms[1] = sum;
+}
+
+// One value pair of the partial: the states' pairs (pair_of(w)) scaled by
+// their factors, in share order.
+template <typename PairOf>
+__device__ __forceinline__ float2 fold_pair(const ShareFold& fold, PairOf pair_of) {
+  float2 a = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float2 v = pair_of(w);
+    a.x = __fmaf_rn(v.x, fold.f[w], a.x);
+    a.y = __fmaf_rn(v.y, fold.f[w], a.y);
+  }
+  return a;
+}
+
+// Folds the n_active partials from `base` in split order and divides by the
+// folded sum, into out[0, head_dim_v), element 0 being element `first` of
+// the attention output (for the quantized copy's block numbers). The
+// partials were written by other blocks of this launch: read through L2
+// (__ldcg), never a stale L1 line.
+// Threads tid of n_threads (a multiple of 32, whole warps) share the
+// elements; each element's operations are the same for any thread count.
+__device__ inline void combine_partials(int n_active, int head_dim_v, size_t base, const float* part_ms,
+                                 const float* part_acc, float* out, size_t first, const QuantizedOut& qo, int tid,
+                                 int n_threads) {
+  float row_max = -INFINITY;
+  for (int z = 0; z < n_active; ++z) row_max = fmaxf(row_max, __ldcg(part_ms + 2 * (base + z)));
+  float f[kSplits];
+  float sum = 0.0f;
+#pragma unroll
+  for (int z = 0; z < kSplits; ++z) {
+    f[z] = 0.0f;
+    if (z < n_active) {
+      f[z] = expf(__ldcg(part_ms + 2 * (base + z)) - row_max);
+      sum = __fmaf_rn(__ldcg(part_ms + 2 * (base + z) + 1), f[z], sum);
+    }
+  }
+  for (int d = tid; d < head_dim_v; d += n_threads) {
+    float a = 0.0f;
+#pragma unroll
+    for (int z = 0; z < kSplits; ++z) {
+      if (z < n_active) a = __fmaf_rn(__ldcg(part_acc + (base + z) * head_dim_v + d), f[z], a);
+    }
+    const float value = __fdiv_rn(a, sum);
+    out[d] = value;
+    // A warp's 32 elements are one quantization block: head_dim_v % 32 == 0
+    // and n_threads % 32 == 0 keep every warp of an iteration whole.
+    if (qo.q != nullptr) {
+      const size_t block = (first + d) / 32;
+      if (qo.with_sum) {
+        quantize_block32<true>(value, tid % 32, block, qo.q, qo.d, qo.s);
+      } else {
+        quantize_block32<false>(value, tid % 32, block, qo.q, qo.d, qo.s);
+      }
+    }
+  }
+}
+
+}  // namespace muser::cuda::attention_parts
