@@ -444,8 +444,6 @@ def _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, windo
     return out
 
 
-@pytest.mark.parametrize("layout", ["global", "ring"])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def _tolerance(n_head, n_head_kv, hd_k, hd_v):
     """(rtol, atol) against _attention_reference: the scalar kernels' float32
     rounding, or the tensor cores' f16 weights (each off by up to 2^-11 of
@@ -455,6 +453,8 @@ def _tolerance(n_head, n_head_kv, hd_k, hd_v):
     return 1e-4, 2e-5
 
 
+@pytest.mark.parametrize("layout", ["global", "ring"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_attention_matches_numpy_and_rows_are_independent(layout, head_dim):
     rng = np.random.default_rng(head_dim)
     n_head, n_head_kv = 8, 2

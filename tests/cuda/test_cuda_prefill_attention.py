@@ -1,7 +1,7 @@
 """The prefill attention kernel (cuda::AttentionKernel::Prefill: a block
 stages each K/V position once for several rows and the query heads of a KV
 head) against the decode kernel, row by row and bitwise. On the layouts the
-tensor cores take (heads of 32, 64 or 128, up to 16 query heads per KV head:
+tensor cores take (heads of 64 or 128, up to 16 query heads per KV head:
 llama3-8b, smollm2, the sliding window of 128 below) both choices run the one
 tensor-core kernel, a prefill packing several rows into each MMA tile and a
 decode row filling one alone, so these tests check that a row's bits do not
@@ -200,11 +200,12 @@ def test_the_tensor_cores_take_the_real_models_head_layouts():
     """llama3-8b (32 query heads over 8 KV heads of 128), llama-1b and
     smollm2 (heads of 64) and up to 16 query heads per KV head run on the
     tensor cores; heads of 256 (gemma3) or of other sizes, K and V heads of
-    different sizes and more query heads per KV head keep the scalar kernels."""
-    for layout in [(32, 8, 128, 128), (32, 8, 64, 64), (9, 3, 64, 64), (16, 1, 64, 64), (4, 4, 32, 32)]:
+    different sizes, heads of 32 (tiny test models) and more query heads per
+    KV head keep the scalar kernels."""
+    for layout in [(32, 8, 128, 128), (32, 8, 64, 64), (9, 3, 64, 64), (16, 1, 64, 64)]:
         assert t.cuda_attention_uses_tensor_cores(*layout), layout
     for layout in [(8, 4, 256, 256), (8, 2, 100, 100), (4, 2, 128, 64), (6, 3, 160, 160), (32, 1, 64, 64),
-                   (4, 2, 16, 16)]:
+                   (4, 2, 16, 16), (4, 4, 32, 32)]:
         assert not t.cuda_attention_uses_tensor_cores(*layout), layout
 
 

@@ -245,7 +245,7 @@ void clear_attention_scratch(void* scratch, size_t bytes, void* stream);
 // the bits do not depend on it either.
 enum class AttentionKernel { Auto, Decode, Prefill };
 // Whether attention of `shape` runs on the tensor cores (attention_mma.cu:
-// heads of 32, 64 or 128 dimensions, K and V alike, and up to 16 query heads
+// heads of 64 or 128 dimensions, K and V alike, and up to 16 query heads
 // per KV head, unless MUSER_CUDA_ATTENTION_MMA=0). Its one kernel serves
 // every row count (`kernel` only chooses how rows share its tiles, and
 // prefill_warps is not used); other shapes take the scalar kernels above.
