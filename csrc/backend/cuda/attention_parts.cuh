@@ -38,7 +38,8 @@ struct QuantizedOut {
 // l[w]) in share order into one partial: the block max, the factors
 // f[w] = exp(m[w] - max) that scale each state's values, and the folded sum.
 // The decode kernel folds its warps and the prefill kernel its four shares
-// through this one piece, so their partials agree bit for bit. m[0] is
+// through this one piece, so their partials agree bit for bit (the
+// tensor-core kernel folds its shares through it too). m[0] is
 // finite (share 0 scored the chunk's first position); a share that scored
 // nothing (max -inf) gets factor exp(-inf) = 0.
 struct ShareFold {

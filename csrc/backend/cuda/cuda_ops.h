@@ -228,9 +228,9 @@ struct AttentionShape {
   float scale = 1.0f;
 };
 // `scratch`: attention_scratch_bytes(shape, n_rows) of device memory for
-// the per-split partials and a counter per (row, head) (rows run in tiles of
-// at most 64 per launch, so a prefill step needs no more than a tile's
-// worth). The counters must be zero before the first call: clear a new
+// the per-split partials and the counters (per (row, head) in the scalar
+// kernels, per (tile, KV head) on the tensor cores), for the rows of one
+// launch (at most a step's 512), so a longer call reuses them. The counters must be zero before the first call: clear a new
 // scratch once with clear_attention_scratch; every call leaves them zero.
 size_t attention_scratch_bytes(const AttentionShape& shape, size_t n_rows);
 void clear_attention_scratch(void* scratch, size_t bytes, void* stream);

@@ -22,7 +22,7 @@
 // in any prefill chunking. Short contexts leave most splits empty (their
 // blocks exit at once), long ones keep kSplits blocks per head busy.
 //
-// Heads of 32, 64 and 128 dimensions with up to 16 query heads per KV head
+// Heads of 64 and 128 dimensions with up to 16 query heads per KV head
 // (llama3-8b, smollm2, ...) run on the tensor cores instead
 // (attention_mma.cu: the same partition and folds, f16 MMAs for the scores
 // and the weighted values, one kernel for decode and prefill); every other
@@ -43,14 +43,14 @@
 #include <initializer_list>
 #include <string>
 
+#include "backend/cuda/attention_mma.h"
+#include "backend/cuda/attention_parts.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_error.h"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/dependent_launch.cuh"
-#include "backend/cuda/attention_mma.h"
-#include "backend/cuda/attention_parts.cuh"
 #include "backend/cuda/quantize_block.cuh"
 #include "core/env_switch.h"
 #include "core/error.h"
