@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kSteps = HD / 16;     // MMA k steps of a score; 16-dimension column pairs of a value row
   static_assert(HD == 64 || HD == 128, "heads of 64 or 128 dimensions");
   extern __shared__ uint4 smem_raw[];
-  __shared__ TileRow rows_s[kSlots];
+  __shared__ __align__(16) TileRow rows_s[kSlots];
   const int z = blockIdx.x, kvh = blockIdx.y;
   const int local0 = static_cast<int>(blockIdx.z) * tile_rows;
   const int n_tile = min(tile_rows, n_rows - local0);
@@ -378,19 +378,8 @@ __global__ void __launch_bounds__(kThreads)
     run = run_from(run.i1);
   }
 
-  // Last block of the tile in: fold each (row, head)'s partials in split
-  // order. The fence makes this block's partials visible before its count;
-  // the last block's fence orders its reads of the others' after theirs.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  const int n_active = min(kSplits, max_chunks);
-  unsigned* counter = done + static_cast<size_t>(local0) * n_head + kvh * group;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(n_active - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch (graph replays reuse the scratch)
+  // Last block of the tile in: fold each (row, head)'s partials in split order.
+  if (!last_block_in(done + static_cast<size_t>(local0) * n_head + kvh * group, min(kSplits, max_chunks))) return;
   for (int k = warp; k < n_tile * group; k += kWarps) {
     const int i = k / group, h = kvh * group + k % group;
     const size_t local = static_cast<size_t>(local0) + i, r = row0 + local;

@@ -80,6 +80,24 @@ __device__ __forceinline__ float2 fold_pair(const ShareFold& fold, PairOf pair_o
   return a;
 }
 
+// Whether this block is the last of the n_active blocks counted at
+// `counter` to finish (every thread gets the answer); the last one leaves
+// the counter at zero for the next launch (graph replays reuse the
+// scratch). The first fence makes this block's partials visible before its
+// count; the last block's fence orders its reads of the others' partials
+// after their counts. Every thread of the block calls it.
+__device__ __forceinline__ bool last_block_in(unsigned* counter, int n_active) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(n_active - 1);
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0u;
+  return true;
+}
+
 // Folds the n_active partials from `base` in split order and divides by the
 // folded sum, into out[0, head_dim_v), element 0 being element `first` of
 // the attention output (for the quantized copy's block numbers). The

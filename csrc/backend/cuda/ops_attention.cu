@@ -333,19 +333,9 @@ __global__ void __launch_bounds__(kThreads)
     pa[d2] = fold_pair(fold, [&](int w) { return acc_s[w][d2]; });
   }
 
-  // Last block of the (row, head) in: fold the partials. The fence makes
-  // this block's partial visible before its count; the last block's fence
-  // orders its reads of the others' partials after their counts.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
+  // Last block of the (row, head) in: fold the partials.
   const int n_active = min(kSplits, n_chunks);
-  unsigned* counter = done + local * n_head + h;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(n_active - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch (graph replays reuse the scratch)
+  if (!last_block_in(done + local * n_head + h, n_active)) return;
   const size_t first_elem = (r * n_head + h) * head_dim_v;
   combine_partials(n_active, head_dim_v, (local * n_head + h) * kSplits, part_ms, part_acc, out + first_elem,
                    first_elem, qo, threadIdx.x, kThreads);
