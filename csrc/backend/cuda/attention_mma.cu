@@ -448,9 +448,8 @@ void attention_mma(const KvRows& kv, const AttentionShape& shape, const float* q
   const size_t smem = mma_smem_bytes(shape.head_dim_k);
   for (size_t row0 = 0; row0 < n_rows; row0 += launch_rows) {
     const int rows = static_cast<int>(std::min(launch_rows, n_rows - row0));
-    const unsigned splits =
-        kv.host_positions == nullptr ? kSplits : attention_splits(kv.host_positions + row0, rows, kChunk);
-    const dim3 grid(splits, static_cast<unsigned>(shape.n_head_kv), ceil_div(rows, tile_rows));
+    const dim3 grid(splits_used(kv, row0, rows, kChunk), static_cast<unsigned>(shape.n_head_kv),
+                    ceil_div(rows, tile_rows));
     launch_dependent(kernel, grid, dim3(kThreads), smem, stream, kv, shape.n_layer, shape.layer, shape.ring, n_head,
                      group, static_cast<int>(shape.window), shape.scale, q, row0, rows, tile_rows, part_ms, part_acc,
                      done, out, qo, prefetch);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/quantize_block.cuh"
 
 namespace muser::cuda::attention_parts {
@@ -139,6 +140,16 @@ __device__ inline void combine_partials(int n_active, int head_dim_v, size_t bas
       }
     }
   }
+}
+
+// The splits a launch over rows [row0, row0 + rows) needs: kSplits unless
+// the positions are known on the host, then those some row's chunks reach
+// (a row at position p has at most ceil((p + 1) / chunk) chunks, fewer past
+// a window). Blocks of other splits would exit at once; launching them
+// only costs block slots. Split z's work does not depend on the grid.
+inline unsigned splits_used(const KvRows& kv, size_t row0, size_t rows, int chunk) {
+  if (kv.host_positions == nullptr) return kSplits;
+  return attention_splits(kv.host_positions + row0, rows, chunk);
 }
 
 }  // namespace muser::cuda::attention_parts

@@ -730,16 +730,6 @@ void clear_attention_scratch(void* scratch, size_t bytes, void* stream) {
 
 namespace {
 
-// The splits a launch over rows [row0, row0 + rows) needs: kSplits unless
-// the positions are known on the host, then those some row's chunks reach
-// (a row at position p has at most ceil((p + 1) / chunk) chunks, fewer past
-// a window). Blocks of other splits would exit at once; launching them
-// only costs block slots. Split z's work does not depend on the grid.
-unsigned splits_used(const KvRows& kv, size_t row0, size_t rows, int chunk) {
-  if (kv.host_positions == nullptr) return kSplits;
-  return attention_splits(kv.host_positions + row0, rows, chunk);
-}
-
 // Whether a launch of n_rows rows takes the prefill kernel: decode groups
 // (1..4 rows of distinct sessions) share nothing, so they keep the decode
 // kernel; a step of more rows holds a prefill segment, whose rows share
