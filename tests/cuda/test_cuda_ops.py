@@ -416,14 +416,17 @@ def test_rope_matches_numpy(neox):
     np.testing.assert_allclose(gpu, ref, rtol=1e-5, atol=1e-5)
 
 
-def _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, scale):
+def _attention_reference(k, v, q, positions, n_head, n_head_kv, ring_rows, window, scale, tensor_cores=None):
     """float64 attention over the f16 planes. Where the layout runs on the
-    tensor cores, the queries are first scaled and rounded to f16 as the
-    kernel rounds them (the keys are f16 already), so what is left between
-    the two is the kernel's f16 rounding of the softmax weights."""
+    tensor cores (tensor_cores None: as this process runs it), the queries
+    are first scaled and rounded to f16 as the kernel rounds them (the keys
+    are f16 already), so what is left between the two is the kernel's f16
+    rounding of the softmax weights."""
     hd_k = k.shape[1] // n_head_kv
     hd_v = v.shape[1] // n_head_kv
-    if t.cuda_attention_uses_tensor_cores(n_head, n_head_kv, hd_k, hd_v):
+    if tensor_cores is None:
+        tensor_cores = t.cuda_attention_uses_tensor_cores(n_head, n_head_kv, hd_k, hd_v)
+    if tensor_cores:
         q = (q.astype(np.float32) * np.float32(scale)).astype(np.float16)
         scale = 1.0
     kf = k.view(np.float16).astype(np.float64)

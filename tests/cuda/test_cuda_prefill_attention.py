@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from muser._core import _testing as t
+from tests.cuda.test_cuda_ops import _attention_reference
 
 # name: (n_head, n_head_kv, head_dim, ring_rows, window, plane_rows, long start)
 # Long starts put the segment's rows past 16 chunks (16 * 64, 16 * 128 and
@@ -243,15 +244,7 @@ np.save(sys.argv[1], out["decode"])
         scalar = np.load(path)
     tensor = t.cuda_attention(k, v, q, positions, 32, 8, 0, 0, 0.125, "decode")
     assert t.cuda_attention_uses_tensor_cores(32, 8, 128, 128)
-    kf = k.view(np.float16).astype(np.float64)
-    vf = v.view(np.float16).astype(np.float64)
-    ref = np.zeros_like(scalar, dtype=np.float64)
-    for r, p in enumerate(positions):
-        for h in range(32):
-            kv = h // 4
-            s = kf[:p + 1, kv * 128:(kv + 1) * 128] @ q[r, h * 128:(h + 1) * 128].astype(np.float64) * 0.125
-            w = np.exp(s - s.max())
-            ref[r, h * 128:(h + 1) * 128] = (w / w.sum()) @ vf[:p + 1, kv * 128:(kv + 1) * 128]
+    ref = _attention_reference(k, v, q, positions, 32, 8, 0, 0, 0.125, tensor_cores=False)
     np.testing.assert_allclose(scalar, ref, rtol=1e-4, atol=2e-5)
     np.testing.assert_allclose(tensor, ref, rtol=2e-3, atol=2e-3)
     assert not np.array_equal(scalar, tensor)
