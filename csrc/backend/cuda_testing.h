@@ -29,6 +29,13 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
                                                const std::vector<size_t>& n_outs, size_t k, const float* x,
                                                size_t n_rows);
 
+// cuda::matvec_decode_mma on W's packed copy (made as the backend makes it
+// at upload) for 1..4 rows: y (n_rows, n_out), with the 16-output tiles'
+// classes cut into `split` subtrees (0: the kernel's pick). Throws where
+// the kernel does not take the call (a type other than Q4_0).
+std::vector<float> matvec_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                              int split);
+
 // Seconds one matvec launch takes (config as matvec above; the activations
 // quantized once before), the mean over `reps` launches after a warm-up,
 // timed with CUDA events on the call's stream. Launches cycle through

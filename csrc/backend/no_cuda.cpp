@@ -24,6 +24,9 @@ std::vector<std::vector<float>> matvec_targets(DType, const std::vector<const ui
                                                size_t, const float*, size_t) {
   unavailable("matvec_targets");
 }
+std::vector<float> matvec_mma(DType, const uint8_t*, size_t, size_t, const float*, size_t, int) {
+  unavailable("matvec_mma");
+}
 double time_matvec(DType, const uint8_t*, size_t, size_t, const float*, size_t, int, int, bool, int, int) {
   unavailable("time_matvec");
 }

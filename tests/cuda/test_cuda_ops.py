@@ -154,6 +154,47 @@ def test_matrices_sharing_an_input_in_one_gemm_launch_give_each_output_its_own_b
             assert np.array_equal(y, t.cuda_matvec_groups(id_of(qtype), w, n, x, 4))
 
 
+# Row lengths of each walk the packed copy takes (gemm_mma_parts.cuh, Walk):
+# k / 32 / 32 units per class 1 (576: 18 units, most classes empty; 1024),
+# 2 (2048), 3 walked as 4 (3072: a padding unit per class), 4 (4096) and
+# 14 walked as 16 over two stages a class (14336, llama3-8b's ffn_down).
+MMA_SPLITS = {576: (1, 2, 4), 1024: (1, 2, 4), 2048: (1, 2, 4, 8), 3072: (1, 2, 4, 8), 4096: (1, 2, 4, 8),
+              14336: (1, 2, 4, 8)}
+
+
+@pytest.mark.parametrize("k", sorted(MMA_SPLITS))
+@pytest.mark.parametrize("n_out", [37, 200])
+def test_the_tensor_core_decode_matvec_gives_each_row_the_bits_of_the_prefill_tiles(k, n_out):
+    """The decode matvec on the tensor cores (Q4_0, the packed copy): for
+    groups of 1..4 rows in any order, and every cut of a 16-output tile's
+    32 classes into subtrees that the walk allows (each subtree its own
+    warp, joined at the tree's nodes), each row's outputs are bitwise those
+    of the prefill tiles. n_out 37 ends inside a 16-output tile, 200 inside
+    a block of 8 tiles."""
+    rng = np.random.default_rng(k + n_out)
+    raw = random_matrix(GT.Q4_0, k, n_out, rng)
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    tiles = t.cuda_matvec(id_of(GT.Q4_0), raw, n_out, x)
+    assert np.all(np.isfinite(tiles))
+    for split in (0,) + MMA_SPLITS[k]:
+        for group in DECODE_GROUPS:
+            y = t.cuda_matvec_mma(id_of(GT.Q4_0), raw, n_out, np.ascontiguousarray(x[group]), split)
+            assert np.array_equal(y, tiles[group]), (split, group)
+
+
+def test_the_tensor_core_decode_matvec_refuses_what_it_cannot_cut_or_read():
+    rng = np.random.default_rng(4)
+    raw = random_matrix(GT.Q4_0, 576, 16, rng)
+    x = rng.standard_normal((3, 576)).astype(np.float32)
+    with pytest.raises(ValueError, match="cannot cut 4 stages into 8"):
+        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 8)
+    with pytest.raises(ValueError, match="cannot cut 4 stages into 3"):
+        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 3)
+    q8 = random_matrix(GT.Q8_0, 576, 16, rng)
+    with pytest.raises(ValueError, match="no packed copy of Q8_0"):
+        t.cuda_matvec_mma(id_of(GT.Q8_0), q8, 16, x, 0)
+
+
 def test_a_decode_config_that_does_not_exist_is_refused():
     rng = np.random.default_rng(3)
     raw = random_matrix(GT.Q4_0, 64, 8, rng)

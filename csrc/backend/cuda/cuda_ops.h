@@ -124,6 +124,23 @@ void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const
 // InvalidArgument for a config that does not exist.
 void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                    const DecodeConfig& config, void* stream);
+// The decode matvec on the tensor cores (ops_matvec_decode_mma.cu): Q4_0
+// weights whose targets all carry the packed copy (w_packed), Q8_0
+// activations, 1..4 rows; every output bitwise what matvec_decode gives it.
+// split: the subtrees a 16-output tile's 32 classes are cut into (1, 2, 4,
+// 8; 0: picked from the launch's size). Returns false (nothing enqueued)
+// where it does not take the call; throws InvalidArgument for a split the
+// walk cannot cut into.
+bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                       int split, void* stream);
+// Whether decode groups of n_rows rows of `type` go to matvec_decode_mma
+// first: Q4_0 from MUSER_CUDA_DECODE_MMA=2 or 3 rows to 4 (0 or unset:
+// never; read once).
+bool decode_takes_mma(DType type, size_t n_rows);
+// A decode group's matvec: matvec_decode_mma where decode_takes_mma and it
+// takes the call, else matvec_decode with decode_config's config.
+void matvec_decode_group(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x,
+                         size_t n_rows, void* stream);
 // matvec_decode's launch for configs with lane_rows 8 (checked there).
 void matvec_decode_spread(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x,
                           size_t n_rows, const DecodeConfig& config, void* stream);

@@ -172,6 +172,31 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
   return out;
 }
 
+std::vector<float> matvec_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                              int split) {
+  check_matvec(type, k, n_rows, 0, 0, true, 1);
+  if (n_rows > 4) throw InvalidArgument("[cuda testing] matvec_mma: the decode kernel takes 1..4 rows");
+  Stream stream;
+  DeviceBuffer dw = upload_weights(type, w, n_out, k);
+  const size_t packed_bytes = cuda::gemm_packed_weight_bytes(type, n_out, k);
+  if (packed_bytes == 0) {
+    throw InvalidArgument(std::string("[cuda testing] matvec_mma: no packed copy of ") + dtype_info(type).name +
+                          " weights");
+  }
+  DeviceBuffer dw_packed(packed_bytes, "packed weights");
+  cuda::gemm_pack_weights(type, dw.get(), n_out, k, dw_packed.get(), stream.get());
+  DeviceBuffer dy(std::max<size_t>(1, n_rows * n_out) * sizeof(float), "y");
+  const DeviceActivations act(type, x, n_rows, k, stream.get());
+  const cuda::MatvecTarget target{dw.get(), n_out, dy.as<float>(), n_out, dw_packed.get()};
+  if (!cuda::matvec_decode_mma(type, &target, 1, act.view, n_rows, split, stream.get())) {
+    throw InvalidArgument(std::string("[cuda testing] matvec_mma: the tensor-core decode matvec does not take ") +
+                          dtype_info(type).name + " weights with " + std::to_string(n_rows) + " rows of " +
+                          std::to_string(k));
+  }
+  stream.sync();
+  return download<float>(dy, n_rows * n_out);
+}
+
 double time_matvec(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
                    int warp_rows, int unroll, bool wide, int reps, int lane_rows) {
   check_matvec(type, k, n_rows, warp_rows, unroll, wide, lane_rows);

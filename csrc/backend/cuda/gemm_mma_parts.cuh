@@ -18,6 +18,19 @@ constexpr int kTileRows = 64;   // activation rows per block
 constexpr int kTileOut = 64;    // weight rows (outputs) per block
 constexpr int kStageUnits = 8;  // units per shared-memory stage
 
+// One (64-output tile, stage) chunk of packed Q4_0 weights (written once at
+// upload by gemm_pack_weights; read by the packed GEMM and by the decode
+// matvec on the tensor cores, ops_matvec_decode_mma.cu):
+//   q   [64 outputs][4 words t][8 slots]  word t of the block's 16 nibble
+//       bytes (low nibbles: elements 4t..4t+3, high: 16+4t..), which is
+//       what lane t of the MMA's B fragment holds (b0 low, b1 high)
+//   d   [8 n8 tiles][4 slot pairs][4 t]{d, d', d_next, d_next'}  the fp16
+//       scales widened, of outputs 2 t and 2 t + 1 of the tile
+// A 64-output tile's stages follow each other: tile i's chunk of stage s
+// starts at (i * n_stages + s) * kWChunk.
+constexpr int kWQBytes = kTileOut * kStageUnits * 16;
+constexpr int kWChunk = kWQBytes + kTileOut * kStageUnits * 4;
+
 // The warp grid of both kernels (v1 and packed): 8 warps, 2 along rows x 4
 // along outputs, each 32 rows x 16 outputs as 2 (m16) x 2 (n8) MMA tiles,
 // so 16 outputs per thread.

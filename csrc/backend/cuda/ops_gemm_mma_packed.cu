@@ -65,14 +65,7 @@ namespace {
 //          scales of rows g, g + 8 for the pair's two slots
 constexpr int kActQBytes = kTileRows * kStageUnits * 32;
 constexpr int kActChunk = kActQBytes + kTileRows * kStageUnits * 4;
-// One (64-output tile, stage) chunk of packed Q4_0 weights:
-//   q   [64 outputs][4 words t][8 slots]  word t of the block's 16 nibble
-//       bytes (low nibbles: elements 4t..4t+3, high: 16+4t..), which is
-//       what lane t of the MMA's B fragment holds (b0 low, b1 high)
-//   d   [8 n8 tiles][4 slot pairs][4 t]{d, d', d_next, d_next'}  the fp16
-//       scales widened, of outputs 2 t and 2 t + 1 of the tile
-constexpr int kWQBytes = kTileOut * kStageUnits * 16;
-constexpr int kWChunk = kWQBytes + kTileOut * kStageUnits * 4;
+// The packed weights' chunks (kWQBytes, kWChunk): gemm_mma_parts.cuh.
 constexpr int kScalePieces = kTileRows * kStageUnits * 4 / 16;  // 16-byte pieces of a chunk's scales
 static_assert(kScalePieces == kTileOut * kStageUnits * 4 / 16, "activation and weight scales alike");
 

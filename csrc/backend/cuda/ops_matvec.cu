@@ -124,8 +124,8 @@ void matvec(DType type, const void* w, size_t n_out, const ActivationView& x, si
   // tensor-core GEMM (ops_gemm_mma.cu) takes its types; the rest walk tiles
   // of kPrefillTileRows.
   if (n_rows <= 4) {
-    const MatvecTarget target{w, n_out, y, ld_y};
-    matvec_decode(type, &target, 1, x, n_rows, decode_config(type, n_out, n_rows), stream_ptr);
+    const MatvecTarget target{w, n_out, y, ld_y, w_packed};
+    matvec_decode_group(type, &target, 1, x, n_rows, stream_ptr);
     return;
   }
   if (n_rows >= kGemmMinRows && gemm_mma(type, w, n_out, x, n_rows, y, ld_y, stream, w_packed)) return;
@@ -157,9 +157,15 @@ void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const
     return;
   }
   if (n_rows == 0) return;
+  check_matvec_input(type, x);
+  matvec_decode_group(type, targets, count, x, n_rows, stream);
+}
+
+void matvec_decode_group(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x,
+                         size_t n_rows, void* stream) {
+  if (decode_takes_mma(type, n_rows) && matvec_decode_mma(type, targets, count, x, n_rows, 0, stream)) return;
   size_t n_out = 0;
   for (size_t i = 0; i < count; ++i) n_out += targets[i].n_out;
-  check_matvec_input(type, x);
   matvec_decode(type, targets, count, x, n_rows, decode_config(type, n_out, n_rows), stream);
 }
 

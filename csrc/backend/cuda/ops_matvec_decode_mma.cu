@@ -1,0 +1,353 @@
+// The decode matvec of 3..4-row groups on the tensor cores, for Q4_0
+// weights with the packed GEMM's copy (gemm_mma_parts.cuh: kWChunk).
+//
+// Why: matvec_decode_kernel spends eight dp4a per weight unit per row plus
+// the unit's decode and the activation loads, about 4.7 warp instructions
+// per weight unit at 4 rows (its SASS, llama3-8b's gate/up config): as many
+// issue cycles as the unit's bytes take to arrive, so the 4-row step's
+// matvecs ran at 1.9 TB/s where the 1-row ones reach 2.9. One int8 MMA
+// (m16n8k32) gives 16 weight rows' block sums for all rows at once; what is
+// left per (output, row, unit) is the float term, about 1.3 warp
+// instructions per weight unit in all.
+//
+// Exactly the matvec's bits (every config's, the prefill tiles', the
+// GEMM's): the packed copy lists each 64-output tile's units in the GEMM's
+// walk (gemm_mma_parts.cuh, Walk), class by class (a class is matvec lane l
+// = bitrev5(class): units l, l + 32, ... in increasing order), and the term
+// is the GEMM's (exact int32 block sum from the magic-number start, then
+// T::add_scaled, zero terms for the padding units). Each class's sum is
+// pushed as a leaf onto a balanced tree of the 32 classes, which adds what
+// warp_sum's butterfly adds. The tree may be cut into kSplit subtrees of
+// 32 / kSplit consecutive leaves (whole stages), each walked by its own
+// warp of the block; the block then joins the subtrees' totals at the
+// tree's own nodes. So a row's bits do not depend on the split, the group
+// or the block.
+//
+// Operands: A (16 x 32, the MMA's rows) is 16 outputs' weights, unit by
+// unit: lane (g, t) holds word t of outputs g and g + 8 (packed: 16 bytes
+// per output and 4 slots, the low nibbles for k 4t.., the high ones for
+// 16 + 4t..). B (32 x 8) is the activations: column c is row c % 4 of the
+// group (zeros past the group), from shared memory where the block first
+// lays out the whole k of the group's rows in walk order. With every row
+// twice among the 8 columns, each lane owns two of the tile's 64 (output,
+// row) sums: lanes t = 0, 1 output g, lanes t = 2, 3 output g + 8, rows
+// 2 (t % 2) and 2 (t % 2) + 1.
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_error.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/gemm_mma_parts.cuh"
+#include "backend/cuda/launch_targets.cuh"
+#include "core/env_switch.h"
+#include "core/error.h"
+
+namespace muser::cuda {
+namespace {
+
+using gemm::kMagic;
+using gemm::kMagicBits;
+using gemm::kStageUnits;
+using gemm::kTileOut;
+using gemm::kWChunk;
+using gemm::kWQBytes;
+using gemm::Walk;
+
+constexpr int kWarps = 8;     // warps per block: (8 / kSplit) 16-output tiles x kSplit subtrees
+constexpr int kGroupRows = 4; // activation rows the shared layout holds (zeros past the group)
+// One stage of the group's activations in shared memory: per slot, per row,
+// per lane t the words t and t + 4 of the unit's quants (B's b0, b1), then
+// per slot the rows' scales.
+constexpr int kActStageQBytes = kStageUnits * kGroupRows * 4 * 8;
+constexpr int kActStageBytes = kActStageQBytes + kStageUnits * kGroupRows * 4;
+constexpr int kJoinBytes = kWarps * 32 * 2 * 4;  // each warp's two sums per lane
+
+// One stage of one lane's packed weights: words t of outputs g and g + 8
+// for slots 0..3 and 4..7, and the four slot pairs' scales of its output.
+struct StageWeights {
+  int4 q[2][2];  // [output g, g + 8][slots 0..3, 4..7]
+  float4 d[4];   // [slot pair]
+};
+
+__device__ __forceinline__ int4 load_nc16(const uint8_t* p) {
+  int4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void load_stage(const uint8_t* chunk, unsigned q_off, unsigned d_off, StageWeights& w) {
+#pragma unroll
+  for (int o = 0; o < 2; ++o) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w.q[o][h] = load_nc16(chunk + q_off + 1024 * o + 16 * h);
+  }
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const int4 v = load_nc16(chunk + d_off + 64 * p);
+    w.d[p] = make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z), __int_as_float(v.w));
+  }
+}
+
+template <int kSlot>
+__device__ __forceinline__ unsigned slot_word(const int4& v) {
+  constexpr int w = kSlot % 4;
+  return static_cast<unsigned>(w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w);
+}
+
+// Grid: blocks of kWarps warps over the targets' 16-output tiles, target
+// after target (8 / kSplit tiles a block). Dynamic shared memory: the
+// group's activations, n_stages * kActStageBytes, then the join area.
+template <int kP, int kRows, int kSplit>
+__global__ void __launch_bounds__(kWarps * 32)
+    matvec_mma_kernel(DecodeTargets targets, int stages_per_class, int n_units, ActivationView x) {
+  using T = TypeQ4_0;
+  constexpr int kTilesPerBlock = kWarps / kSplit;
+  constexpr int kTopLevel = 5 - (kSplit == 1 ? 0 : kSplit == 2 ? 1 : kSplit == 4 ? 2 : 3);  // log2 of a subtree's classes
+  static_assert(kSplit == 1 || kSplit == 2 || kSplit == 4 || kSplit == 8, "subtrees of whole powers of two");
+  extern __shared__ int4 smem_mma[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem_mma);
+  const Walk<kP> walk{stages_per_class};
+  const int n_stages = walk.n_stages();
+  const int split_stages = n_stages / kSplit;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int split = warp % kSplit;
+  const BlockTarget bt = block_target(targets, blockIdx.x);
+  const size_t tile16 = static_cast<size_t>(blockIdx.x - bt.first) * kTilesPerBlock + warp / kSplit;
+  const size_t out0 = tile16 * 16;
+  const bool active = out0 < bt.n_out;  // a tile past the matrix (the target's last block) only joins the barriers
+  // This lane's packed bytes: 64-output tile tile16 / 4, its outputs
+  // 16 (tile16 % 4) + g (+ 8); scales of output g + 8 (t / 2), n8 tile
+  // 2 (tile16 % 4) + t / 2, quad g / 2 of each slot pair.
+  const int col = 16 * static_cast<int>(tile16 % 4) + g;
+  const unsigned q_off = static_cast<unsigned>(col * 128 + t * 32);
+  const unsigned d_off = static_cast<unsigned>(kWQBytes + ((2 * (tile16 % 4) + t / 2) * 4 * 4 + g / 2) * 16);
+  const uint8_t* chunk = bt.w + ((tile16 / 4) * n_stages + static_cast<size_t>(split) * split_stages) * kWChunk;
+
+  // The first two stages' weights go out before the wait: no kernel writes them.
+  StageWeights w0, w1;
+  if (active) {
+    load_stage(chunk, q_off, d_off, w0);
+    if (split_stages > 1) load_stage(chunk + kWChunk, q_off, d_off, w1);
+  }
+  dependent_launch_begin();
+
+  // The group's activations in walk order: item (stage, slot, row) is the
+  // unit's 32 quants as (word t, word t + 4) pairs and its scale; zeros past
+  // the rows and the units.
+#pragma unroll 4
+  for (int item = tid; item < n_stages * kStageUnits * kGroupRows; item += kWarps * 32) {
+    const int row = item % kGroupRows, slot = item / kGroupRows % kStageUnits, stage = item / (kGroupRows * kStageUnits);
+    const int u = walk.unit(stage, slot);
+    int4 lo = make_int4(0, 0, 0, 0), hi = lo;
+    float scale = 0.0f;
+    if (row < kRows && u < n_units) {
+      const int4* src = reinterpret_cast<const int4*>(x.q + (static_cast<size_t>(row) * n_units + u) * 32);
+      lo = __ldg(src);
+      hi = __ldg(src + 1);
+      scale = __ldg(x.d + static_cast<size_t>(row) * n_units + u);
+    }
+    uint8_t* base = smem + stage * kActStageBytes;
+    int4* q = reinterpret_cast<int4*>(base + (slot * kGroupRows + row) * 32);
+    q[0] = make_int4(lo.x, hi.x, lo.y, hi.y);
+    q[1] = make_int4(lo.z, hi.z, lo.w, hi.w);
+    reinterpret_cast<float*>(base + kActStageQBytes)[slot * kGroupRows + row] = scale;
+  }
+  __syncthreads();
+
+  // B: column g is row g % 4 of the group; this lane's sums are rows r0, r0 + 1.
+  const int r0 = 2 * (t % 2);
+  const bool upper = t >= 2;  // this lane's output is g + 8
+  const unsigned b_off = static_cast<unsigned>(((g % 4) * 4 + t) * 8);
+  float acc[2] = {0.0f, 0.0f};
+  float stack[5][2];
+#pragma unroll
+  for (int lv = 0; lv < 5; ++lv) stack[lv][0] = stack[lv][1] = 0.0f;
+
+  // One slot: the unit's MMA and this lane's two terms, then the class
+  // push where a class of kP < 8 ends inside the stage (its leaf index's
+  // trailing ones are the slot's, known here: stages hold whole classes).
+  auto compute_slot = [&]<int kSlot>(const uint8_t* act, const StageWeights& sw) {
+    const unsigned wg = slot_word<kSlot>(sw.q[0][kSlot / 4]);
+    const unsigned wg8 = slot_word<kSlot>(sw.q[1][kSlot / 4]);
+    // 16 (q - 8) per byte, as the packed GEMM's B (ops_gemm_mma_packed.cu).
+    int a[4];
+    a[0] = static_cast<int>(((wg << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
+    a[1] = static_cast<int>(((wg8 << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
+    a[2] = static_cast<int>((wg & 0xf0f0f0f0u) ^ 0x80808080u);
+    a[3] = static_cast<int>((wg8 & 0xf0f0f0f0u) ^ 0x80808080u);
+    const int2 b = *reinterpret_cast<const int2*>(act + kSlot * kGroupRows * 32 + b_off);
+    const float2 ad = *reinterpret_cast<const float2*>(act + kActStageQBytes + (kSlot * kGroupRows + r0) * 4);
+    int d[4];
+    gemm::mma_s8(d, a, b.x, b.y, kMagicBits);
+    const float4& dq = sw.d[kSlot / 2];
+    const float wd = kSlot % 2 == 0 ? (g % 2 == 0 ? dq.x : dq.y) : (g % 2 == 0 ? dq.z : dq.w);
+    const int s0 = upper ? d[2] : d[0], s1 = upper ? d[3] : d[1];
+    acc[0] = T::add_scaled(acc[0], __fmaf_rn(__int_as_float(s0), 0.0625f, -kMagic / 16.0f), wd, 0.0f, ad.x, 0.0f);
+    acc[1] = T::add_scaled(acc[1], __fmaf_rn(__int_as_float(s1), 0.0625f, -kMagic / 16.0f), wd, 0.0f, ad.y, 0.0f);
+    if constexpr (kP < 8) {
+      constexpr int kClass = kSlot / kP;
+      if constexpr (kSlot % kP == kP - 1 && kClass < Walk<kP>::kClassesPerStage - 1) {
+        gemm::push_leaf<gemm::trailing_ones(kClass)>(acc, stack);
+      }
+    }
+  };
+  auto compute_stage = [&](int s, const StageWeights& sw) {
+    const uint8_t* act = smem + (split * split_stages + s) * kActStageBytes;
+    [&]<int... kSlots>(std::integer_sequence<int, kSlots...>) {
+      (compute_slot.template operator()<kSlots>(act, sw), ...);
+    }(std::make_integer_sequence<int, kStageUnits>());
+    // The stage's last class ends here (kP == 8: when this is its last
+    // stage); its leaf index within the subtree says its level.
+    if (walk.ends_class(s)) gemm::push_leaf_at(__ffs(~walk.last_class(s)) - 1, acc, stack);
+  };
+
+  if (active) {
+    for (int s = 0; s < split_stages; s += 2) {
+      compute_stage(s, w0);
+      if (s + 2 < split_stages) load_stage(chunk + (s + 2) * kWChunk, q_off, d_off, w0);
+      if (s + 1 < split_stages) {
+        compute_stage(s + 1, w1);
+        if (s + 3 < split_stages) load_stage(chunk + (s + 3) * kWChunk, q_off, d_off, w1);
+      }
+    }
+  }
+  // The subtree's total: its last leaf merged every level below kTopLevel.
+  float total[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) total[j] = kTopLevel == 5 ? acc[j] : stack[kTopLevel < 5 ? kTopLevel : 0][j];
+
+  const size_t out = out0 + g + (upper ? 8 : 0);
+  auto store = [&](const float (&v)[2]) {
+    if (!active || out >= bt.n_out) return;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if (r0 + j < kRows) bt.y[(r0 + j) * bt.ld_y + out] = v[j];
+    }
+  };
+  if constexpr (kSplit == 1) {
+    store(total);
+  } else {
+    // The subtrees' totals join at the tree's nodes above them, left + right.
+    float* join = reinterpret_cast<float*>(smem + n_stages * kActStageBytes);
+    join[(warp * 32 + lane) * 2] = total[0];
+    join[(warp * 32 + lane) * 2 + 1] = total[1];
+    __syncthreads();
+    if (split != 0) return;
+    float v[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float level[kSplit];
+#pragma unroll
+      for (int s = 0; s < kSplit; ++s) level[s] = join[((warp + s) * 32 + lane) * 2 + j];
+#pragma unroll
+      for (int width = kSplit; width > 1; width /= 2) {
+#pragma unroll
+        for (int s = 0; s < width / 2; ++s) level[s] = level[2 * s] + level[2 * s + 1];
+      }
+      v[j] = level[0];
+    }
+    store(v);
+  }
+}
+
+// The fewest rows of a decode group that take the tensor cores by default
+// (5: none, until measured on the GPU).
+constexpr size_t kDefaultMinRows = 5;
+
+// MUSER_CUDA_DECODE_MMA: "0" keeps every decode group on the dp4a kernels,
+// "2" / "3" takes the tensor cores from 2 / 3 rows; unset, kDefaultMinRows
+// (read once).
+size_t mma_min_rows() {
+  static const size_t rows = env_is("MUSER_CUDA_DECODE_MMA", "0")   ? 5
+                             : env_is("MUSER_CUDA_DECODE_MMA", "2") ? 2
+                             : env_is("MUSER_CUDA_DECODE_MMA", "3") ? 3
+                                                                    : kDefaultMinRows;
+  return rows;
+}
+
+int sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute(MultiProcessorCount)");
+    return n;
+  }();
+  return count;
+}
+
+// The subtrees per tile: the fewest (1, 2, 4) that give the launch 8 warps
+// per SM, within the walk's whole stages (kP < 8: 4 kP stages). Not 8: a
+// block then holds one tile, and its copy of the group's activations (the
+// whole k) would be as many bytes as half its weights.
+int pick_split(size_t tiles16, int kp, int n_stages) {
+  const size_t want = static_cast<size_t>(8) * sm_count();
+  int split = 1;
+  while (split < 4 && tiles16 * split < want && n_stages % (2 * split) == 0 && (kp == 8 || 2 * split <= 4 * kp)) {
+    split *= 2;
+  }
+  return split;
+}
+
+}  // namespace
+
+bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                       int split, void* stream_ptr) {
+  if (type != DType::Q4_0 || x.format != ActivationFormat::Q8_0 || n_rows < 1 || n_rows > 4 || count < 1 ||
+      count > kMaxDecodeTargets || x.k % 32 != 0) {
+    return false;
+  }
+  size_t tiles16 = 0;
+  for (size_t p = 0; p < count; ++p) {
+    if (targets[p].n_out != 0 && targets[p].w_packed == nullptr) return false;
+    tiles16 += (targets[p].n_out + 15) / 16;
+  }
+  if (tiles16 == 0) return true;
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  bool launched = false;
+  gemm::with_walk(x.k, [&]<int kP>(int stages_per_class) {
+    const int n_stages = Walk<kP>{stages_per_class}.n_stages();
+    const size_t smem = static_cast<size_t>(n_stages) * kActStageBytes + kJoinBytes;
+    if (smem > shared_memory_per_block_optin()) return;
+    const int s = split != 0 ? split : pick_split(tiles16, kP, n_stages);
+    if ((s != 1 && s != 2 && s != 4 && s != 8) || n_stages % s != 0 || (kP < 8 && s > 4 * kP)) {
+      throw InvalidArgument("[cuda matvec] the tensor-core decode matvec cannot cut " + std::to_string(n_stages) +
+                            " stages into " + std::to_string(s) + " subtrees");
+    }
+    auto launch = [&]<int kRows, int kSplit>() {
+      unsigned blocks = 0;
+      const DecodeTargets t = decode_targets(targets, count, 16 * (kWarps / kSplit), true, blocks);
+      auto kernel = matvec_mma_kernel<kP, kRows, kSplit>;
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                 "cudaFuncSetAttribute(matvec_mma)");
+      launch_dependent(kernel, blocks, kWarps * 32, smem, stream, t, stages_per_class, static_cast<int>(x.k / 32), x);
+      check_launch("matvec (decode, tensor cores)");
+    };
+    auto with_split = [&]<int kRows>() {
+      switch (s) {
+        case 1: launch.template operator()<kRows, 1>(); break;
+        case 2: launch.template operator()<kRows, 2>(); break;
+        case 4: launch.template operator()<kRows, 4>(); break;
+        default: launch.template operator()<kRows, 8>(); break;
+      }
+    };
+    switch (n_rows) {
+      case 1: with_split.template operator()<1>(); break;
+      case 2: with_split.template operator()<2>(); break;
+      case 3: with_split.template operator()<3>(); break;
+      default: with_split.template operator()<4>(); break;
+    }
+    launched = true;
+  });
+  return launched;
+}
+
+bool decode_takes_mma(DType type, size_t n_rows) { return type == DType::Q4_0 && n_rows >= mma_min_rows() && n_rows <= 4; }
+
+}  // namespace muser::cuda
