@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -341,6 +343,51 @@ def test_fused_decode_epilogues_keep_the_bits_on_real_q4_0_shapes(shape, monkeyp
     os.makedirs(root, exist_ok=True)
     path = write_real_shape(os.path.join(root, f"spread-{shape}-Q4_0.gguf"), shape, "Q4_0")
     assert_fusion_keeps_the_bits(path, monkeypatch)
+
+
+# decode_trace of a model in a process of its own (MUSER_CUDA_DECODE_MMA and
+# MUSER_CUDA_FUSE are read once per process), saved to argv[2].
+DECODE_TRACE_SCRIPT = """
+import sys
+import numpy as np
+import muser
+from tests.cuda.test_cuda_engine import decode_trace
+from tests.fixtures.driving import random_prompt
+engine = muser.Engine(sys.argv[1], backend="cuda")
+prompts = [random_prompt(40 + i, 6 + 5 * i, engine.n_vocab) for i in range(4)]
+tokens = [[int(x) for x in np.random.default_rng(50 + i).integers(0, engine.n_vocab, 3)] for i in range(4)]
+np.save(sys.argv[2], np.stack(decode_trace(engine, prompts, tokens)))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["tiny-llama", "smollm2-135m", "llama3-8b-2layers"])
+def test_decode_groups_on_the_tensor_cores_keep_the_bits_of_the_dp4a_kernels(shape, tmp_path):
+    """MUSER_CUDA_DECODE_MMA=2 or 3 sends Q4_0 decode groups from 2 or 3
+    rows to the tensor-core matvec (the q/k/v launch with its RoPE + KV
+    epilogue, or apart under MUSER_CUDA_FUSE=0): every logit of every row,
+    decoded alone and in groups of 4 and 2, is bitwise what the dp4a
+    kernels give ("0"). The shapes cover every walk: 2, 18 and 48 units a
+    row (tiny, smollm2), 128 and llama3-8b's ffn_down at 448."""
+    if shape == "tiny-llama":
+        path = write_tiny_model(tmp_path / "llama-q4_0.gguf", context_length=2048, **TINY_MODELS["llama-q4_0"])
+    else:
+        root = os.environ.get("MUSER_CUDA_MODELS", "/tmp/muser-cuda-models")
+        os.makedirs(root, exist_ok=True)
+        path = write_real_shape(os.path.join(root, f"spread-{shape}-Q4_0.gguf"), shape, "Q4_0")
+    settings = {"dp4a": {"MUSER_CUDA_DECODE_MMA": "0"}, "mma-2": {"MUSER_CUDA_DECODE_MMA": "2"},
+                "mma-3": {"MUSER_CUDA_DECODE_MMA": "3"},
+                "mma-2-apart": {"MUSER_CUDA_DECODE_MMA": "2", "MUSER_CUDA_FUSE": "0"}}
+    traces = {}
+    for label, env in settings.items():
+        out = tmp_path / f"{label}.npy"
+        done = subprocess.run([sys.executable, "-c", DECODE_TRACE_SCRIPT, str(path), str(out)],
+                              env=dict(os.environ, **env), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        traces[label] = np.load(out)
+    assert np.all(np.isfinite(traces["dp4a"]))
+    for label in settings:
+        assert np.array_equal(traces[label], traces["dp4a"]), label
 
 
 def test_running_out_of_device_memory_raises_a_memory_error_naming_the_model_and_context(tmp_path):

@@ -42,6 +42,7 @@
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/gemm_mma_parts.cuh"
 #include "backend/cuda/launch_targets.cuh"
+#include "backend/cuda/matvec_decode_kernel.cuh"
 #include "core/env_switch.h"
 #include "core/error.h"
 
@@ -102,9 +103,14 @@ __device__ __forceinline__ unsigned slot_word(const int4& v) {
 // Grid: blocks of kWarps warps over the targets' 16-output tiles, target
 // after target (8 / kSplit tiles a block). Dynamic shared memory: the
 // group's activations, n_stages * kActStageBytes, then the join area.
-template <int kP, int kRows, int kSplit>
+// kEpilogue: kEpilogueNone stores the outputs; kEpilogueRopeKv (targets q,
+// k, v) rotates q and k and stores the rotated k and v into the layer's KV
+// planes as matvec_decode_kernel's epilogue does (matvec_decode_kernel.cuh),
+// the pair's other element from the lane holding output ^ 1 (lane ^ 4).
+template <int kP, int kRows, int kSplit, int kEpilogue>
 __global__ void __launch_bounds__(kWarps * 32)
-    matvec_mma_kernel(DecodeTargets targets, int stages_per_class, int n_units, ActivationView x) {
+    matvec_mma_kernel(DecodeTargets targets, int stages_per_class, int n_units, ActivationView x,
+                      DecodeEpilogue epilogue) {
   using T = TypeQ4_0;
   constexpr int kTilesPerBlock = kWarps / kSplit;
   constexpr int kTopLevel = 5 - (kSplit == 1 ? 0 : kSplit == 2 ? 1 : kSplit == 4 ? 2 : 3);  // log2 of a subtree's classes
@@ -128,6 +134,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   const unsigned q_off = static_cast<unsigned>(col * 128 + t * 32);
   const unsigned d_off = static_cast<unsigned>(kWQBytes + ((2 * (tile16 % 4) + t / 2) * 4 * 4 + g / 2) * 16);
   const uint8_t* chunk = bt.w + ((tile16 / 4) * n_stages + static_cast<size_t>(split) * split_stages) * kWChunk;
+
+  const int r0 = 2 * (t % 2);
+  const bool upper = t >= 2;  // this lane's output is g + 8
+  const size_t out = out0 + g + (upper ? 8 : 0);
+  // The RoPE angles of this lane's outputs, before the wait: no kernel
+  // writes the positions or the frequencies (as matvec_decode_kernel).
+  float2 angle[2] = {make_float2(1.0f, 0.0f), make_float2(1.0f, 0.0f)};
+  if constexpr (kEpilogue == kEpilogueRopeKv) {
+    const uint32_t dim = static_cast<uint32_t>(out % epilogue.head_dim);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if (bt.p < 2 && active && out < bt.n_out && r0 + j < kRows && dim < epilogue.n_rot) {
+        angle[j] = rope_angle(dim, epilogue.positions[r0 + j], epilogue.position_scale, epilogue.inv_freq);
+      }
+    }
+  }
 
   // The first two stages' weights go out before the wait: no kernel writes them.
   StageWeights w0, w1;
@@ -161,8 +183,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
 
   // B: column g is row g % 4 of the group; this lane's sums are rows r0, r0 + 1.
-  const int r0 = 2 * (t % 2);
-  const bool upper = t >= 2;  // this lane's output is g + 8
   const unsigned b_off = static_cast<unsigned>(((g % 4) * 4 + t) * 8);
   float acc[2] = {0.0f, 0.0f};
   float stack[5][2];
@@ -222,12 +242,34 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < 2; ++j) total[j] = kTopLevel == 5 ? acc[j] : stack[kTopLevel < 5 ? kTopLevel : 0][j];
 
-  const size_t out = out0 + g + (upper ? 8 : 0);
+  // Every lane of the warp calls it (the epilogue's shuffle).
   auto store = [&](const float (&v)[2]) {
+    float other[2] = {0.0f, 0.0f};
+    if constexpr (kEpilogue == kEpilogueRopeKv) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) other[j] = __shfl_xor_sync(0xffffffffu, v[j], 4);
+    }
     if (!active || out >= bt.n_out) return;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      if (r0 + j < kRows) bt.y[(r0 + j) * bt.ld_y + out] = v[j];
+      const int r = r0 + j;
+      if (r >= kRows) continue;
+      if constexpr (kEpilogue == kEpilogueRopeKv) {
+        float value = v[j];
+        const uint32_t dim = static_cast<uint32_t>(out % epilogue.head_dim);
+        if (bt.p < 2 && dim < epilogue.n_rot) value = rope_rotate(v[j], other[j], dim, angle[j]);
+        bt.y[r * bt.ld_y + out] = value;
+        if (bt.p >= 1 && epilogue.kv.writes[r] != 0) {
+          const int32_t pos = epilogue.kv.positions[r];
+          const size_t slot =
+              epilogue.ring ? static_cast<size_t>(pos % epilogue.kv.ring_rows[r]) : static_cast<size_t>(pos);
+          uint16_t* plane = const_cast<uint16_t*>(
+              epilogue.kv.tables[r][bt.p == 1 ? epilogue.layer : epilogue.n_layer + epilogue.layer]);
+          plane[slot * bt.n_out + out] = f32_to_f16_bits(value);
+        }
+      } else {
+        bt.y[r * bt.ld_y + out] = v[j];
+      }
     }
   };
   if constexpr (kSplit == 1) {
@@ -295,10 +337,9 @@ int pick_split(size_t tiles16, int kp, int n_stages) {
   return split;
 }
 
-}  // namespace
-
-bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
-                       int split, void* stream_ptr) {
+template <int kEpilogue>
+bool launch_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                int split, const DecodeEpilogue& epilogue, void* stream_ptr) {
   if (type != DType::Q4_0 || x.format != ActivationFormat::Q8_0 || n_rows < 1 || n_rows > 4 || count < 1 ||
       count > kMaxDecodeTargets || x.k % 32 != 0) {
     return false;
@@ -323,10 +364,11 @@ bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, co
     auto launch = [&]<int kRows, int kSplit>() {
       unsigned blocks = 0;
       const DecodeTargets t = decode_targets(targets, count, 16 * (kWarps / kSplit), true, blocks);
-      auto kernel = matvec_mma_kernel<kP, kRows, kSplit>;
+      auto kernel = matvec_mma_kernel<kP, kRows, kSplit, kEpilogue>;
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                  "cudaFuncSetAttribute(matvec_mma)");
-      launch_dependent(kernel, blocks, kWarps * 32, smem, stream, t, stages_per_class, static_cast<int>(x.k / 32), x);
+      launch_dependent(kernel, blocks, kWarps * 32, smem, stream, t, stages_per_class, static_cast<int>(x.k / 32), x,
+                       epilogue);
       check_launch("matvec (decode, tensor cores)");
     };
     auto with_split = [&]<int kRows>() {
@@ -346,6 +388,28 @@ bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, co
     launched = true;
   });
   return launched;
+}
+
+}  // namespace
+
+bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+                       int split, void* stream) {
+  return launch_mma<kEpilogueNone>(type, targets, count, x, n_rows, split, DecodeEpilogue{}, stream);
+}
+
+bool matvec_rope_kv_mma(DType type, const MatvecTarget* qkv, const ActivationView& x, size_t n_rows,
+                        const RopeKvTail& tail, void* stream) {
+  DecodeEpilogue e;
+  e.kv = tail.kv;
+  e.n_layer = tail.n_layer;
+  e.layer = tail.layer;
+  e.ring = tail.ring;
+  e.head_dim = static_cast<uint32_t>(tail.head_dim);
+  e.n_rot = static_cast<uint32_t>(tail.n_rot);
+  e.positions = tail.positions;
+  e.inv_freq = tail.inv_freq;
+  e.position_scale = tail.position_scale;
+  return launch_mma<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, 0, e, stream);
 }
 
 bool decode_takes_mma(DType type, size_t n_rows) { return type == DType::Q4_0 && n_rows >= mma_min_rows() && n_rows <= 4; }
