@@ -365,8 +365,11 @@ bool launch_mma(DType type, const MatvecTarget* targets, size_t count, const Act
       unsigned blocks = 0;
       const DecodeTargets t = decode_targets(targets, count, 16 * (kWarps / kSplit), true, blocks);
       auto kernel = matvec_mma_kernel<kP, kRows, kSplit, kEpilogue>;
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                 "cudaFuncSetAttribute(matvec_mma)");
+      // Once per kernel: any launch's shared memory may reach the device's
+      // limit (checked above), so no later call (a graph capture) sets it.
+      static const cudaError_t opted_in = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_memory_per_block_optin()));
+      check_cuda(opted_in, "cudaFuncSetAttribute(matvec_mma)");
       launch_dependent(kernel, blocks, kWarps * 32, smem, stream, t, stages_per_class, static_cast<int>(x.k / 32), x,
                        epilogue);
       check_launch("matvec (decode, tensor cores)");
