@@ -66,32 +66,21 @@ constexpr int kActStageQBytes = kStageUnits * kGroupRows * 4 * 8;
 constexpr int kActStageBytes = kActStageQBytes + kStageUnits * kGroupRows * 4;
 constexpr int kJoinBytes = kWarps * 32 * 2 * 4;  // each warp's two sums per lane
 
-// One stage of one lane's packed weights: words t of outputs g and g + 8
-// for slots 0..3 and 4..7, and the four slot pairs' scales of its output.
-struct StageWeights {
-  int4 q[2][2];  // [output g, g + 8][slots 0..3, 4..7]
-  float4 d[4];   // [slot pair]
-};
+// A warp's ring of kRing stage buffers in shared memory, each one stage of
+// its 16 outputs' packed weights: the quants (16 outputs x 8 pieces of 16
+// bytes, piece c of output o at c ^ (o % 8) so that the 8 lanes of a
+// 128-bit shared load hit 8 different bank groups) and the two n8 tiles'
+// scales as packed. cp.async keeps kRing - 1 stages in flight per warp
+// while it computes one (two stages in registers measured 1.9-2.5 TB/s).
+constexpr int kRing = 4;
+constexpr int kWStageQBytes = 16 * 128;
+constexpr int kWStageBytes = kWStageQBytes + 2 * 256;
+constexpr int kRingBytes = kRing * kWStageBytes;  // per warp
 
-__device__ __forceinline__ int4 load_nc16(const uint8_t* p) {
+__device__ __forceinline__ int4 lds128(unsigned addr) {
   int4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
   return v;
-}
-
-__device__ __forceinline__ void load_stage(const uint8_t* chunk, unsigned q_off, unsigned d_off, StageWeights& w) {
-#pragma unroll
-  for (int o = 0; o < 2; ++o) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) w.q[o][h] = load_nc16(chunk + q_off + 1024 * o + 16 * h);
-  }
-#pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    const int4 v = load_nc16(chunk + d_off + 64 * p);
-    w.d[p] = make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z), __int_as_float(v.w));
-  }
 }
 
 template <int kSlot>
@@ -102,7 +91,8 @@ __device__ __forceinline__ unsigned slot_word(const int4& v) {
 
 // Grid: blocks of kWarps warps over the targets' 16-output tiles, target
 // after target (8 / kSplit tiles a block). Dynamic shared memory: the
-// group's activations, n_stages * kActStageBytes, then the join area.
+// group's activations (n_stages * kActStageBytes), the join area, then
+// each warp's weight ring.
 // kEpilogue: kEpilogueNone stores the outputs; kEpilogueRopeKv (targets q,
 // k, v) rotates q and k and stores the rotated k and v into the layer's KV
 // planes as matvec_decode_kernel's epilogue does (matvec_decode_kernel.cuh),
@@ -130,10 +120,33 @@ __global__ void __launch_bounds__(kWarps * 32)
   // This lane's packed bytes: 64-output tile tile16 / 4, its outputs
   // 16 (tile16 % 4) + g (+ 8); scales of output g + 8 (t / 2), n8 tile
   // 2 (tile16 % 4) + t / 2, quad g / 2 of each slot pair.
-  const int col = 16 * static_cast<int>(tile16 % 4) + g;
-  const unsigned q_off = static_cast<unsigned>(col * 128 + t * 32);
-  const unsigned d_off = static_cast<unsigned>(kWQBytes + ((2 * (tile16 % 4) + t / 2) * 4 * 4 + g / 2) * 16);
+  // This warp's stage s: the 2 KiB of quants of its outputs 16 (tile16 % 4)
+  // .. + 15 and their 512 bytes of scales in chunk s of 64-output tile
+  // tile16 / 4. Lane l copies 16-byte pieces l, l + 32, ..., l + 128 (the
+  // last one of the scales) into the ring.
   const uint8_t* chunk = bt.w + ((tile16 / 4) * n_stages + static_cast<size_t>(split) * split_stages) * kWChunk;
+  const unsigned q_src = static_cast<unsigned>(tile16 % 4) * kWStageQBytes;
+  const unsigned d_src = kWQBytes + static_cast<unsigned>(tile16 % 4) * 512;
+  const unsigned ring = smem_addr(smem) + static_cast<unsigned>(n_stages * kActStageBytes + kJoinBytes) +
+                        static_cast<unsigned>(warp) * kRingBytes;
+  auto issue = [&](int s) {
+    if (active && s < split_stages) {
+      const uint8_t* src = chunk + static_cast<size_t>(s) * kWChunk;
+      const unsigned dst = ring + static_cast<unsigned>(s % kRing) * kWStageBytes;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int piece = lane + 32 * j, o = piece / 8, c = piece % 8;
+        cp_async16_to(dst + o * 128 + 16 * (c ^ (o % 8)), src + q_src + 16 * piece, 16);
+      }
+      cp_async16_to(dst + kWStageQBytes + 16 * lane, src + d_src + 16 * lane, 16);
+    }
+    cp_async_commit();  // empty groups past the last stage keep the wait count uniform
+  };
+  // This lane's reads in a stage buffer: output g's pieces 2t, 2t + 1 and
+  // output g + 8's; its output's scales (n8 tile t / 2, quad g / 2) per slot pair.
+  const unsigned q_lo = static_cast<unsigned>(g * 128 + 16 * ((2 * t) ^ g));
+  const unsigned q_hi = static_cast<unsigned>(g * 128 + 16 * ((2 * t + 1) ^ g));
+  const unsigned d_at = static_cast<unsigned>(kWStageQBytes + ((t / 2) * 16 + g / 2) * 16);
 
   const int r0 = 2 * (t % 2);
   const bool upper = t >= 2;  // this lane's output is g + 8
@@ -151,12 +164,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  // The first two stages' weights go out before the wait: no kernel writes them.
-  StageWeights w0, w1;
-  if (active) {
-    load_stage(chunk, q_off, d_off, w0);
-    if (split_stages > 1) load_stage(chunk + kWChunk, q_off, d_off, w1);
-  }
+  // The first kRing - 1 stages' weights go out before the wait: no kernel writes them.
+#pragma unroll
+  for (int s = 0; s < kRing - 1; ++s) issue(s);
   dependent_launch_begin();
 
   // The group's activations in walk order: item (stage, slot, row) is the
@@ -192,9 +202,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   // One slot: the unit's MMA and this lane's two terms, then the class
   // push where a class of kP < 8 ends inside the stage (its leaf index's
   // trailing ones are the slot's, known here: stages hold whole classes).
-  auto compute_slot = [&]<int kSlot>(const uint8_t* act, const StageWeights& sw) {
-    const unsigned wg = slot_word<kSlot>(sw.q[0][kSlot / 4]);
-    const unsigned wg8 = slot_word<kSlot>(sw.q[1][kSlot / 4]);
+  auto compute_slot = [&]<int kSlot>(const uint8_t* act, const int4 (&wq)[2][2], const float4 (&dq4)[4]) {
+    const unsigned wg = slot_word<kSlot>(wq[0][kSlot / 4]);
+    const unsigned wg8 = slot_word<kSlot>(wq[1][kSlot / 4]);
     // 16 (q - 8) per byte, as the packed GEMM's B (ops_gemm_mma_packed.cu).
     int a[4];
     a[0] = static_cast<int>(((wg << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
@@ -205,7 +215,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float2 ad = *reinterpret_cast<const float2*>(act + kActStageQBytes + (kSlot * kGroupRows + r0) * 4);
     int d[4];
     gemm::mma_s8(d, a, b.x, b.y, kMagicBits);
-    const float4& dq = sw.d[kSlot / 2];
+    const float4& dq = dq4[kSlot / 2];
     const float wd = kSlot % 2 == 0 ? (g % 2 == 0 ? dq.x : dq.y) : (g % 2 == 0 ? dq.z : dq.w);
     const int s0 = upper ? d[2] : d[0], s1 = upper ? d[3] : d[1];
     acc[0] = T::add_scaled(acc[0], __fmaf_rn(__int_as_float(s0), 0.0625f, -kMagic / 16.0f), wd, 0.0f, ad.x, 0.0f);
@@ -217,26 +227,41 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   };
-  auto compute_stage = [&](int s, const StageWeights& sw) {
+  auto compute_stage = [&](int s) {
     const uint8_t* act = smem + (split * split_stages + s) * kActStageBytes;
+    const unsigned buf = ring + static_cast<unsigned>(s % kRing) * kWStageBytes;
+    int4 wq[2][2];
+    float4 dq4[4];
+#pragma unroll
+    for (int o = 0; o < 2; ++o) {
+      wq[o][0] = lds128(buf + q_lo + 1024 * o);
+      wq[o][1] = lds128(buf + q_hi + 1024 * o);
+    }
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const int4 v = lds128(buf + d_at + 64 * p);
+      dq4[p] = make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z), __int_as_float(v.w));
+    }
     [&]<int... kSlots>(std::integer_sequence<int, kSlots...>) {
-      (compute_slot.template operator()<kSlots>(act, sw), ...);
+      (compute_slot.template operator()<kSlots>(act, wq, dq4), ...);
     }(std::make_integer_sequence<int, kStageUnits>());
     // The stage's last class ends here (kP == 8: when this is its last
     // stage); its leaf index within the subtree says its level.
     if (walk.ends_class(s)) gemm::push_leaf_at(__ffs(~walk.last_class(s)) - 1, acc, stack);
   };
 
+  // At the top of iteration s this lane's copies of stage s have landed;
+  // the warp barrier makes every lane's visible and says every lane is done
+  // with stage s - 1, whose buffer then receives stage s + kRing - 1.
   if (active) {
-    for (int s = 0; s < split_stages; s += 2) {
-      compute_stage(s, w0);
-      if (s + 2 < split_stages) load_stage(chunk + (s + 2) * kWChunk, q_off, d_off, w0);
-      if (s + 1 < split_stages) {
-        compute_stage(s + 1, w1);
-        if (s + 3 < split_stages) load_stage(chunk + (s + 3) * kWChunk, q_off, d_off, w1);
-      }
+    for (int s = 0; s < split_stages; ++s) {
+      cp_async_wait<kRing - 2>();
+      __syncwarp();
+      issue(s + kRing - 1);
+      compute_stage(s);
     }
   }
+  cp_async_wait<0>();
   // The subtree's total: its last leaf merged every level below kTopLevel.
   float total[2];
 #pragma unroll
@@ -313,28 +338,35 @@ size_t mma_min_rows() {
   return rows;
 }
 
-int sm_count() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device),
-               "cudaDeviceGetAttribute(MultiProcessorCount)");
-    return n;
-  }();
-  return count;
+int device_attribute(cudaDeviceAttr attribute, const char* what) {
+  int device = 0, value = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&value, attribute, device), what);
+  return value;
 }
 
-// The subtrees per tile: the fewest (1, 2, 4) that give the launch 8 warps
-// per SM, within the walk's whole stages (kP < 8: 4 kP stages). Not 8: a
-// block then holds one tile, and its copy of the group's activations (the
-// whole k) would be as many bytes as half its weights.
-int pick_split(size_t tiles16, int kp, int n_stages) {
-  const size_t want = static_cast<size_t>(8) * sm_count();
+// The subtrees per tile: the most (1, 2, 4, 8) whose blocks still run in
+// one wave (blocks_per_sm on every SM), within the walk's whole stages
+// (kP < 8: 4 kP stages), so that small matrices (llama3-8b's o, q/k/v)
+// keep enough warps and bytes in flight; at least 1.
+int pick_split(size_t tiles16, int kp, int n_stages, int blocks_per_sm) {
+  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "cudaDeviceGetAttribute(SM count)");
+  const size_t slots = static_cast<size_t>(blocks_per_sm) * sms;
   int split = 1;
-  while (split < 4 && tiles16 * split < want && n_stages % (2 * split) == 0 && (kp == 8 || 2 * split <= 4 * kp)) {
+  while (split < 8 && n_stages % (2 * split) == 0 && (kp == 8 || 2 * split <= 4 * kp) &&
+         (tiles16 * 2 * split + kWarps - 1) / kWarps <= slots) {
     split *= 2;
   }
   return split;
+}
+
+// Blocks of the kernel per SM with `smem` bytes of shared memory each
+// (its registers allow two).
+int blocks_per_sm(size_t smem) {
+  static const int per_sm =
+      device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, "cudaDeviceGetAttribute(shared memory per SM)");
+  const int by_smem = static_cast<int>(static_cast<size_t>(per_sm) / (smem + 1024));  // 1 KiB reserved per block
+  return by_smem < 1 ? 1 : by_smem > 2 ? 2 : by_smem;
 }
 
 template <int kEpilogue>
@@ -354,9 +386,9 @@ bool launch_mma(DType type, const MatvecTarget* targets, size_t count, const Act
   bool launched = false;
   gemm::with_walk(x.k, [&]<int kP>(int stages_per_class) {
     const int n_stages = Walk<kP>{stages_per_class}.n_stages();
-    const size_t smem = static_cast<size_t>(n_stages) * kActStageBytes + kJoinBytes;
+    const size_t smem = static_cast<size_t>(n_stages) * kActStageBytes + kJoinBytes + kWarps * kRingBytes;
     if (smem > shared_memory_per_block_optin()) return;
-    const int s = split != 0 ? split : pick_split(tiles16, kP, n_stages);
+    const int s = split != 0 ? split : pick_split(tiles16, kP, n_stages, blocks_per_sm(smem));
     if ((s != 1 && s != 2 && s != 4 && s != 8) || n_stages % s != 0 || (kP < 8 && s > 4 * kP)) {
       throw InvalidArgument("[cuda matvec] the tensor-core decode matvec cannot cut " + std::to_string(n_stages) +
                             " stages into " + std::to_string(s) + " subtrees");
