@@ -363,9 +363,10 @@ np.save(sys.argv[2], np.stack(decode_trace(engine, prompts, tokens)))
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", ["tiny-llama", "smollm2-135m", "llama3-8b-2layers"])
 def test_decode_groups_on_the_tensor_cores_keep_the_bits_of_the_dp4a_kernels(shape, tmp_path):
-    """MUSER_CUDA_DECODE_MMA=2 or 3 sends Q4_0 decode groups from 2 or 3
-    rows to the tensor-core matvec (the q/k/v launch with its RoPE + KV
-    epilogue, or apart under MUSER_CUDA_FUSE=0): every logit of every row,
+    """MUSER_CUDA_DECODE_MMA=2 or 3 (the default) sends Q4_0 decode groups
+    from 2 or 3 rows to the tensor-core matvec (the q/k/v launch with its
+    RoPE + KV epilogue, or apart under MUSER_CUDA_FUSE=0; or only some
+    launches, MUSER_CUDA_DECODE_MMA_ROPE / _MID=0): every logit of every row,
     decoded alone and in groups of 4 and 2, is bitwise what the dp4a
     kernels give ("0"). The shapes cover every walk: 2, 18 and 48 units a
     row (tiny, smollm2), 128 and llama3-8b's ffn_down at 448."""
@@ -377,7 +378,9 @@ def test_decode_groups_on_the_tensor_cores_keep_the_bits_of_the_dp4a_kernels(sha
         path = write_real_shape(os.path.join(root, f"spread-{shape}-Q4_0.gguf"), shape, "Q4_0")
     settings = {"dp4a": {"MUSER_CUDA_DECODE_MMA": "0"}, "mma-2": {"MUSER_CUDA_DECODE_MMA": "2"},
                 "mma-3": {"MUSER_CUDA_DECODE_MMA": "3"},
-                "mma-2-apart": {"MUSER_CUDA_DECODE_MMA": "2", "MUSER_CUDA_FUSE": "0"}}
+                "mma-2-apart": {"MUSER_CUDA_DECODE_MMA": "2", "MUSER_CUDA_FUSE": "0"},
+                "mma-3-dp4a-rope-and-mid": {"MUSER_CUDA_DECODE_MMA": "3", "MUSER_CUDA_DECODE_MMA_ROPE": "0",
+                                            "MUSER_CUDA_DECODE_MMA_MID": "0"}}
     traces = {}
     for label, env in settings.items():
         out = tmp_path / f"{label}.npy"

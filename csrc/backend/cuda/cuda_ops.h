@@ -133,10 +133,11 @@ void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const 
 // walk cannot cut into.
 bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                        int split, void* stream);
-// Whether decode groups of n_rows rows of `type` go to matvec_decode_mma
-// first: Q4_0 from MUSER_CUDA_DECODE_MMA=2 or 3 rows to 4 (0 or unset:
-// never; read once).
-bool decode_takes_mma(DType type, size_t n_rows);
+// Whether a decode launch of n_rows rows over `weights` weights (n_out x k
+// of its targets together) of `type` goes to the tensor cores first
+// (matvec_decode_mma; rope: matvec_rope_kv_mma): Q4_0 at 3..4 rows
+// (ops_matvec_decode_mma.cu says which environment switches change that).
+bool decode_takes_mma(DType type, size_t n_rows, size_t weights, bool rope);
 // A decode group's matvec: matvec_decode_mma where decode_takes_mma and it
 // takes the call, else matvec_decode with decode_config's config.
 void matvec_decode_group(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x,

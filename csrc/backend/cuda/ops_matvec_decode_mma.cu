@@ -323,13 +323,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// The fewest rows of a decode group that take the tensor cores by default
-// (5: none, until measured on the GPU).
-constexpr size_t kDefaultMinRows = 5;
+// The fewest rows of a decode group that take the tensor cores by default.
+// Session 16 (H100, same call, llama3-8b Q4_0 / smollm2-135m Q4_0, 4 rows):
+// 1,375.4 / 5,720.2 tok/s against 1,341.4 / 4,879.6 on the dp4a kernels;
+// 2 rows (half the lanes idle, the same MMAs) 668.9 against 814.5.
+constexpr size_t kDefaultMinRows = 3;
+// Matrices of more than kMidLow and fewer than kMidHigh weights (n_out x k
+// of a launch's targets together: llama3-8b's o and q/k/v) that
+// MUSER_CUDA_DECODE_MMA_MID=0 keeps on the dp4a kernels.
+constexpr size_t kMidLow = size_t{4} << 20, kMidHigh = size_t{32} << 20;
 
 // MUSER_CUDA_DECODE_MMA: "0" keeps every decode group on the dp4a kernels,
 // "2" / "3" takes the tensor cores from 2 / 3 rows; unset, kDefaultMinRows
-// (read once).
+// (read once). MUSER_CUDA_DECODE_MMA_ROPE=0 keeps the q/k/v launch with its
+// RoPE + KV epilogue on the dp4a kernel, MUSER_CUDA_DECODE_MMA_MID=0 the
+// mid-sized matrices (kMidLow, kMidHigh); for A/B runs, the same bits.
 size_t mma_min_rows() {
   static const size_t rows = env_is("MUSER_CUDA_DECODE_MMA", "0")   ? 5
                              : env_is("MUSER_CUDA_DECODE_MMA", "2") ? 2
@@ -447,6 +455,11 @@ bool matvec_rope_kv_mma(DType type, const MatvecTarget* qkv, const ActivationVie
   return launch_mma<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, 0, e, stream);
 }
 
-bool decode_takes_mma(DType type, size_t n_rows) { return type == DType::Q4_0 && n_rows >= mma_min_rows() && n_rows <= 4; }
+bool decode_takes_mma(DType type, size_t n_rows, size_t weights, bool rope) {
+  static const bool mid = !env_is("MUSER_CUDA_DECODE_MMA_MID", "0");
+  static const bool with_rope = !env_is("MUSER_CUDA_DECODE_MMA_ROPE", "0");
+  if (type != DType::Q4_0 || n_rows < mma_min_rows() || n_rows > 4 || (rope && !with_rope)) return false;
+  return mid || weights <= kMidLow || weights >= kMidHigh;
+}
 
 }  // namespace muser::cuda

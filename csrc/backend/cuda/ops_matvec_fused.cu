@@ -73,7 +73,8 @@ void matvec_rope_kv(DType type, const MatvecTarget* qkv, const ActivationView& x
       tail.kv.tables == nullptr) {
     throw InternalError("[cuda matvec_rope_kv] needs a fused type, 1..4 rows, whole heads, an even n_rot and a KV table");
   }
-  if (decode_takes_mma(type, n_rows) && matvec_rope_kv_mma(type, qkv, x, n_rows, tail, stream)) return;
+  const size_t weights = (qkv[0].n_out + qkv[1].n_out + qkv[2].n_out) * x.k;
+  if (decode_takes_mma(type, n_rows, weights, true) && matvec_rope_kv_mma(type, qkv, x, n_rows, tail, stream)) return;
   DecodeEpilogue e;
   e.kv = tail.kv;
   e.n_layer = tail.n_layer;
