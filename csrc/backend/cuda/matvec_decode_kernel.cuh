@@ -213,6 +213,22 @@ struct DecodeEpilogue {
   float* s = nullptr;
 };
 
+// The kEpilogueRopeKv fields of a RopeKvTail (the dp4a and the tensor-core
+// q/k/v launches take the same).
+inline DecodeEpilogue rope_kv_epilogue(const RopeKvTail& tail) {
+  DecodeEpilogue e;
+  e.kv = tail.kv;
+  e.n_layer = tail.n_layer;
+  e.layer = tail.layer;
+  e.ring = tail.ring;
+  e.head_dim = static_cast<uint32_t>(tail.head_dim);
+  e.n_rot = static_cast<uint32_t>(tail.n_rot);
+  e.positions = tail.positions;
+  e.inv_freq = tail.inv_freq;
+  e.position_scale = tail.position_scale;
+  return e;
+}
+
 // RoPE's (cos, sin) for element `dim` (< n_rot) of a head at `position`, as
 // rope_kernel takes them (double, rounded to float).
 __device__ __forceinline__ float2 rope_angle(uint32_t dim, int32_t position, double position_scale,

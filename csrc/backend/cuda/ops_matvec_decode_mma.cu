@@ -442,17 +442,7 @@ bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, co
 
 bool matvec_rope_kv_mma(DType type, const MatvecTarget* qkv, const ActivationView& x, size_t n_rows,
                         const RopeKvTail& tail, void* stream) {
-  DecodeEpilogue e;
-  e.kv = tail.kv;
-  e.n_layer = tail.n_layer;
-  e.layer = tail.layer;
-  e.ring = tail.ring;
-  e.head_dim = static_cast<uint32_t>(tail.head_dim);
-  e.n_rot = static_cast<uint32_t>(tail.n_rot);
-  e.positions = tail.positions;
-  e.inv_freq = tail.inv_freq;
-  e.position_scale = tail.position_scale;
-  return launch_mma<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, 0, e, stream);
+  return launch_mma<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, 0, rope_kv_epilogue(tail), stream);
 }
 
 bool decode_takes_mma(DType type, size_t n_rows, size_t weights, bool rope) {

@@ -75,17 +75,8 @@ void matvec_rope_kv(DType type, const MatvecTarget* qkv, const ActivationView& x
   }
   const size_t weights = (qkv[0].n_out + qkv[1].n_out + qkv[2].n_out) * x.k;
   if (decode_takes_mma(type, n_rows, weights, true) && matvec_rope_kv_mma(type, qkv, x, n_rows, tail, stream)) return;
-  DecodeEpilogue e;
-  e.kv = tail.kv;
-  e.n_layer = tail.n_layer;
-  e.layer = tail.layer;
-  e.ring = tail.ring;
-  e.head_dim = static_cast<uint32_t>(tail.head_dim);
-  e.n_rot = static_cast<uint32_t>(tail.n_rot);
-  e.positions = tail.positions;
-  e.inv_freq = tail.inv_freq;
-  e.position_scale = tail.position_scale;
-  launch_fused<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, e, static_cast<cudaStream_t>(stream), "matvec_rope_kv");
+  launch_fused<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, rope_kv_epilogue(tail), static_cast<cudaStream_t>(stream),
+                                "matvec_rope_kv");
 }
 
 size_t glu_counter_count(size_t width) { return width / 32; }
