@@ -310,9 +310,9 @@ bool matvec_rope_kv_fits(DType type, size_t q_out, size_t k_out, size_t head_dim
 // with v, in one launch: the same bits in q, k, v and the KV planes.
 void matvec_rope_kv(DType type, const MatvecTarget* qkv, const ActivationView& x, size_t n_rows,
                     const RopeKvTail& tail, void* stream);
-// matvec_rope_kv on the tensor cores (the same conditions as
-// matvec_decode_mma, and matvec_rope_kv's; it runs there where decode_takes_mma): the same bits; false where it
-// does not take the call.
+// matvec_rope_kv on the tensor cores (matvec_decode_mma's conditions and
+// matvec_rope_kv's), which matvec_rope_kv calls where decode_takes_mma: the
+// same bits; false where it does not take the call.
 bool matvec_rope_kv_mma(DType type, const MatvecTarget* qkv, const ActivationView& x, size_t n_rows,
                         const RopeKvTail& tail, void* stream);
 
