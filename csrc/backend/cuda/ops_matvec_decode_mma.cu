@@ -123,9 +123,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   const size_t tile16 = static_cast<size_t>(blockIdx.x - bt.first) * kTilesPerBlock + warp / kSplit;
   const size_t out0 = tile16 * 16;
   const bool active = out0 < bt.n_out;  // a tile past the matrix (the target's last block) only joins the barriers
-  // This lane's packed bytes: 64-output tile tile16 / 4, its outputs
-  // 16 (tile16 % 4) + g (+ 8); scales of output g + 8 (t / 2), n8 tile
-  // 2 (tile16 % 4) + t / 2, quad g / 2 of each slot pair.
   // This warp's stage s: the 2 KiB of quants of its outputs 16 (tile16 % 4)
   // .. + 15 and their 512 bytes of scales in chunk s of 64-output tile
   // tile16 / 4. Lane l copies 16-byte pieces l, l + 32, ..., l + 128 (the
