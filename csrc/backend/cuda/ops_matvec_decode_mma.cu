@@ -6,7 +6,7 @@
 // per weight unit at 4 rows (its SASS, llama3-8b's gate/up config): as many
 // issue cycles as the unit's bytes take to arrive. One int8 MMA (m16n8k32)
 // gives 16 weight rows' block sums for all rows at once; what is left per
-// (output, row, unit) is the float term, about 1.8 warp instructions per
+// (output, row, unit) is the float term, about 2 warp instructions per
 // weight unit in all. Measured (H100s, dependent launch off, llama3-8b
 // Q4_0, 4 rows, session 16; the dp4a figures from the call before):
 // gate/up and the output matrix 1,069 against 1,152 us a step, ffn_down and
