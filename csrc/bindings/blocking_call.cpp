@@ -1,5 +1,6 @@
 #include "bindings/blocking_call.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -19,10 +20,19 @@ bool interpreter_finalizing() {
 }
 
 bool on_main_thread() {
-  // Asked once (GIL held); the main thread's identity never changes.
-  static const unsigned long main_ident = nb::cast<unsigned long>(
-      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
-  return PyThread_get_thread_ident() == main_ident;
+  // The main thread's identity never changes: asked of Python (GIL held)
+  // until known. Not a static initialized by those calls: Python may hand
+  // the GIL to another thread inside them, and a second thread reaching the
+  // static's guard would wait there holding the GIL, which the first needs
+  // to finish (three generations starting at once in examples/asyncio_app.py
+  // deadlocked so). Threads that ask at once each compute the same value.
+  static std::atomic<unsigned long> main_ident{0};
+  unsigned long ident = main_ident.load(std::memory_order_relaxed);
+  if (ident == 0) {
+    ident = nb::cast<unsigned long>(nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+    main_ident.store(ident, std::memory_order_relaxed);
+  }
+  return PyThread_get_thread_ident() == ident;
 }
 
 }  // namespace

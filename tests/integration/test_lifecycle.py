@@ -154,6 +154,44 @@ def test_ctrl_c_stops_a_long_prefill_within_half_a_second_and_leaves_the_session
     assert session.n_past == 4
 
 
+# Several threads whose first blocking call into the core comes at once, while
+# asking Python for the main thread lets another thread take the GIL (here
+# forced by a sleep inside threading.main_thread).
+FIRST_CALLS_AT_ONCE = """
+import sys, threading, time
+import muser
+real_main_thread = threading.main_thread
+def slow_main_thread():
+    time.sleep(0.2)
+    return real_main_thread()
+threading.main_thread = slow_main_thread
+engine = muser.Engine(sys.argv[1], threads=1)
+sessions = [engine.session(max_context=64) for _ in range(4)]
+barrier = threading.Barrier(len(sessions))
+def first_call(session):
+    barrier.wait()
+    session.prefill([1, 2, 3])
+threads = [threading.Thread(target=first_call, args=(s,)) for s in sessions]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("all prefilled")
+"""
+
+
+def test_threads_making_their_first_blocking_call_at_once_do_not_deadlock(model_path):
+    """Each blocking call first asks whether it runs on the main thread
+    (only there does Ctrl-C reach it). The answer used to be a static whose
+    first computation called into Python: a thread that took the GIL in the
+    meantime waited on that static holding the GIL, and the process hung
+    (examples/asyncio_app.py in CI, about one run in five)."""
+    done = subprocess.run([sys.executable, "-c", FIRST_CALLS_AT_ONCE, str(model_path)], env=_env(),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["all", "prefilled"]
+
+
 def test_ctrl_c_stops_a_wait_for_a_slot(slow_engine):
     pool = muser.SlotPool(slow_engine, slots=1, max_context=64)
     with pool.acquire():
