@@ -4,7 +4,19 @@
 
 #include <mutex>
 
+#include "backend/cuda/cuda_error.h"
+
 namespace muser::cuda {
+namespace {
+
+int device_attribute(cudaDeviceAttr attribute, const char* what) {
+  int device = 0, value = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&value, attribute, device), what);
+  return value;
+}
+
+}  // namespace
 
 std::string probe_device() {
   static std::once_flag once;
@@ -35,6 +47,18 @@ size_t shared_memory_per_block_optin() {
     }
     return static_cast<size_t>(optin);
   }();
+  return bytes;
+}
+
+int multiprocessor_count() {
+  static const int count =
+      device_attribute(cudaDevAttrMultiProcessorCount, "cudaDeviceGetAttribute(MultiProcessorCount)");
+  return count;
+}
+
+size_t shared_memory_per_multiprocessor() {
+  static const size_t bytes = static_cast<size_t>(device_attribute(
+      cudaDevAttrMaxSharedMemoryPerMultiprocessor, "cudaDeviceGetAttribute(MaxSharedMemoryPerMultiprocessor)"));
   return bytes;
 }
 

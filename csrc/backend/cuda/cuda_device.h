@@ -18,4 +18,11 @@ std::string probe_device();
 // more take another path there.
 size_t shared_memory_per_block_optin();
 
+// Device 0's multiprocessors and the shared memory each holds for its
+// blocks (cudaDevAttrMultiProcessorCount and
+// cudaDevAttrMaxSharedMemoryPerMultiprocessor), asked once per process; a
+// failed query throws as check_cuda does (only launchers ask, on a device).
+int multiprocessor_count();
+size_t shared_memory_per_multiprocessor();
+
 }  // namespace muser::cuda

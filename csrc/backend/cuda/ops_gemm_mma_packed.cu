@@ -471,14 +471,7 @@ bool wide_blocks(size_t n_rows, unsigned wide_tiles) {
   if (!packed_block_fits(true)) return false;
   static const int forced = env_is("MUSER_CUDA_GEMM_WIDE", "1") ? 1 : env_is("MUSER_CUDA_GEMM_WIDE", "0") ? 0 : -1;
   if (forced >= 0) return forced == 1;
-  static const unsigned sm_count = [] {
-    int device = 0, count = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
-               "cudaDeviceGetAttribute(MultiProcessorCount)");
-    return static_cast<unsigned>(count);
-  }();
-  return ceil_tiles(n_rows, kTileRows) * wide_tiles >= sm_count;
+  return ceil_tiles(n_rows, kTileRows) * wide_tiles >= static_cast<size_t>(multiprocessor_count());
 }
 
 }  // namespace

@@ -350,20 +350,12 @@ size_t mma_min_rows() {
   return rows;
 }
 
-int device_attribute(cudaDeviceAttr attribute, const char* what) {
-  int device = 0, value = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&value, attribute, device), what);
-  return value;
-}
-
 // The subtrees per tile: the most (1, 2, 4, 8) whose blocks still run in
 // one wave (blocks_per_sm on every SM), within the walk's whole stages
 // (kP < 8: 4 kP stages), so that small matrices (llama3-8b's o, q/k/v)
 // keep enough warps and bytes in flight; at least 1.
 int pick_split(size_t tiles16, int kp, int n_stages, int blocks_per_sm) {
-  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "cudaDeviceGetAttribute(SM count)");
-  const size_t slots = static_cast<size_t>(blocks_per_sm) * sms;
+  const size_t slots = static_cast<size_t>(blocks_per_sm) * multiprocessor_count();
   int split = 1;
   while (split < 8 && n_stages % (2 * split) == 0 && (kp == 8 || 2 * split <= 4 * kp) &&
          (tiles16 * 2 * split + kWarps - 1) / kWarps <= slots) {
@@ -375,9 +367,7 @@ int pick_split(size_t tiles16, int kp, int n_stages, int blocks_per_sm) {
 // Blocks of the kernel per SM with `smem` bytes of shared memory each
 // (its registers allow two).
 int blocks_per_sm(size_t smem) {
-  static const int per_sm =
-      device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, "cudaDeviceGetAttribute(shared memory per SM)");
-  const int by_smem = static_cast<int>(static_cast<size_t>(per_sm) / (smem + 1024));  // 1 KiB reserved per block
+  const int by_smem = static_cast<int>(shared_memory_per_multiprocessor() / (smem + 1024));  // 1 KiB reserved a block
   return by_smem < 1 ? 1 : by_smem > 2 ? 2 : by_smem;
 }
 
