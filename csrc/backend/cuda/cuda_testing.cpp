@@ -115,6 +115,14 @@ DeviceBuffer upload_weights(DType type, const uint8_t* w, size_t n_out, size_t k
   return upload(w, row_bytes(type, k) * n_out, "weights");
 }
 
+// The GEMM's packed copy of uploaded weights w, as the backend makes it at
+// upload; an empty buffer (get() null) for types it does not pack.
+DeviceBuffer packed_copy(DType type, const DeviceBuffer& w, size_t n_out, size_t k, void* stream) {
+  DeviceBuffer packed(cuda::gemm_packed_weight_bytes(type, n_out, k), "packed weights");
+  if (packed.get() != nullptr) cuda::gemm_pack_weights(type, w.get(), n_out, k, packed.get(), stream);
+  return packed;
+}
+
 // Activation rows x (n_rows, k) on the device, quantized in the format
 // `type`'s matvec reads (the view points into `scratch`).
 struct DeviceActivations {
@@ -154,15 +162,9 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
   std::vector<cuda::MatvecTarget> targets;
   for (size_t i = 0; i < ws.size(); ++i) {
     dw.push_back(upload_weights(type, ws[i], n_outs[i], k));
-    // The GEMM's packed copy, as the backend makes it at upload.
-    const size_t packed_bytes = cuda::gemm_packed_weight_bytes(type, n_outs[i], k);
-    dw_packed.emplace_back(packed_bytes, "packed weights");
-    if (packed_bytes != 0) {
-      cuda::gemm_pack_weights(type, dw.back().get(), n_outs[i], k, dw_packed.back().get(), stream.get());
-    }
+    dw_packed.push_back(packed_copy(type, dw.back(), n_outs[i], k, stream.get()));
     dy.emplace_back(std::max<size_t>(1, n_rows * n_outs[i]) * sizeof(float), "y");
-    targets.push_back({dw.back().get(), n_outs[i], dy.back().as<float>(), n_outs[i],
-                       packed_bytes != 0 ? dw_packed.back().get() : nullptr});
+    targets.push_back({dw.back().get(), n_outs[i], dy.back().as<float>(), n_outs[i], dw_packed.back().get()});
   }
   const DeviceActivations act(type, x, n_rows, k, stream.get());
   cuda::matvec_targets(type, targets.data(), targets.size(), act.view, n_rows, stream.get());
@@ -178,13 +180,11 @@ std::vector<float> matvec_mma(DType type, const uint8_t* w, size_t n_out, size_t
   if (n_rows > 4) throw InvalidArgument("[cuda testing] matvec_mma: the decode kernel takes 1..4 rows");
   Stream stream;
   DeviceBuffer dw = upload_weights(type, w, n_out, k);
-  const size_t packed_bytes = cuda::gemm_packed_weight_bytes(type, n_out, k);
-  if (packed_bytes == 0) {
+  const DeviceBuffer dw_packed = packed_copy(type, dw, n_out, k, stream.get());
+  if (dw_packed.get() == nullptr) {
     throw InvalidArgument(std::string("[cuda testing] matvec_mma: no packed copy of ") + dtype_info(type).name +
                           " weights");
   }
-  DeviceBuffer dw_packed(packed_bytes, "packed weights");
-  cuda::gemm_pack_weights(type, dw.get(), n_out, k, dw_packed.get(), stream.get());
   DeviceBuffer dy(std::max<size_t>(1, n_rows * n_out) * sizeof(float), "y");
   const DeviceActivations act(type, x, n_rows, k, stream.get());
   const cuda::MatvecTarget target{dw.get(), n_out, dy.as<float>(), n_out, dw_packed.get()};
@@ -682,12 +682,9 @@ std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, siz
   }
   Stream stream;
   DeviceBuffer dw = upload_weights(type, w, n_out, k);
-  // The GEMM's packed copy, as the backend makes it at upload (only under
-  // MUSER_CUDA_GEMM=packed).
-  const size_t packed_bytes = cuda::gemm_packed_weight_bytes(type, n_out, k);
-  DeviceBuffer dw_packed(packed_bytes, "packed weights");
-  if (packed_bytes != 0) cuda::gemm_pack_weights(type, dw.get(), n_out, k, dw_packed.get(), stream.get());
-  const void* w_packed = packed_bytes != 0 ? dw_packed.get() : nullptr;
+  // The GEMM's packed copy (only under MUSER_CUDA_GEMM=packed).
+  const DeviceBuffer dw_packed = packed_copy(type, dw, n_out, k, stream.get());
+  const void* w_packed = dw_packed.get();
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
   const DeviceActivations act(type, x, n_rows, k, stream.get());
   const cuda::ActivationView& view = act.view;
