@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tensor/dtype.h"
@@ -29,12 +30,14 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
                                                const std::vector<size_t>& n_outs, size_t k, const float* x,
                                                size_t n_rows);
 
-// cuda::matvec_decode_mma on W's packed copy (made as the backend makes it
-// at upload) for 1..4 rows: y (n_rows, n_out), with the 16-output tiles'
-// classes cut into `split` subtrees (0: the kernel's pick). Throws where
-// the kernel does not take the call (a type other than Q4_0).
+// cuda::matvec_decode_mma for 1..4 rows, on W's GGUF blocks or its packed
+// copy (made as the backend makes it at upload) as `weights` says ("any",
+// "blocks", "packed"): y (n_rows, n_out), with the 16-output tiles' classes
+// cut into `split` subtrees (0: the kernel's pick). Throws where the kernel
+// does not take the call (a type other than Q4_0, rows the blocks kernel
+// cannot read).
 std::vector<float> matvec_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                              int split);
+                              int split, const std::string& weights);
 
 // Seconds one matvec launch takes (config as matvec above; the activations
 // quantized once before), the mean over `reps` launches after a warm-up,

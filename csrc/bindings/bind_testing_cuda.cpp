@@ -159,20 +159,22 @@ void bind_testing_cuda(nb::module_& m) {
       "n_outs[i] rows each) reading the same x, one decode launch for 1..4 rows.");
   m.def(
       "cuda_matvec_mma",
-      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int split) {
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int split, const std::string& weights) {
         const DType type = dtype_of(type_id);
         const size_t n_rows = x.shape(0), k = x.shape(1);
         check_weight_bytes(type, k, n_out, w.shape(0));
         std::vector<float> y;
         {
           nb::gil_scoped_release release;
-          y = cuda_testing::matvec_mma(type, w.data(), n_out, k, x.data(), n_rows, split);
+          y = cuda_testing::matvec_mma(type, w.data(), n_out, k, x.data(), n_rows, split, weights);
         }
         return to_numpy(std::move(y), {n_rows, n_out});
       },
       nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("split") = 0,
-      "y = x @ W.T for 1..4 rows through the tensor-core decode matvec on W's packed copy (Q4_0), each "
-      "16-output tile's 32 classes cut into `split` subtrees (1, 2, 4, 8; 0: the kernel's pick).");
+      nb::arg("weights") = "any",
+      "y = x @ W.T for 1..4 rows through the tensor-core decode matvec (Q4_0) on W's GGUF blocks or its packed "
+      "copy (weights: 'any' (blocks where the kernel reads them), 'blocks', 'packed'), each 16-output tile's 32 "
+      "classes cut into `split` subtrees (1, 2, 4, 8; 0: the kernel's pick).");
   m.def(
       "cuda_time_matvec",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int reps, int warp_rows, int unroll,

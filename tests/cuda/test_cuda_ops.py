@@ -160,26 +160,34 @@ def test_matrices_sharing_an_input_in_one_gemm_launch_give_each_output_its_own_b
 # 14 walked as 16 over two stages a class (14336, llama3-8b's ffn_down).
 MMA_SPLITS = {576: (1, 2, 4), 1024: (1, 2, 4), 2048: (1, 2, 4, 8), 3072: (1, 2, 4, 8), 4096: (1, 2, 4, 8),
               14336: (1, 2, 4, 8)}
+# The kernel on the GGUF blocks reads rows of a multiple of 8 blocks (every
+# length above but 576) and cuts a tile's classes into 4 or 8 subtrees.
+BLOCKS_SPLITS = (4, 8)
 
 
 @pytest.mark.parametrize("k", sorted(MMA_SPLITS))
 @pytest.mark.parametrize("n_out", [37, 200])
 def test_the_tensor_core_decode_matvec_gives_each_row_the_bits_of_the_prefill_tiles(k, n_out):
-    """The decode matvec on the tensor cores (Q4_0, the packed copy): for
-    groups of 1..4 rows in any order, and every cut of a 16-output tile's
-    32 classes into subtrees that the walk allows (each subtree its own
-    warp, joined at the tree's nodes), each row's outputs are bitwise those
-    of the prefill tiles. n_out 37 ends inside a 16-output tile, 200 inside
-    a block of 8 tiles."""
+    """The decode matvec on the tensor cores (Q4_0), on the packed copy
+    and on the GGUF blocks: for groups of 1..4 rows in any order, and every
+    cut of a 16-output tile's 32 classes into subtrees that each kernel
+    allows (each subtree its own warp, joined at the tree's nodes), each
+    row's outputs are bitwise those of the prefill tiles. n_out 37 ends
+    inside a 16-output tile, 200 inside a block of tiles; 1024 and 3072
+    end their rows inside the blocks kernel's last stage of 64 units."""
     rng = np.random.default_rng(k + n_out)
     raw = random_matrix(GT.Q4_0, k, n_out, rng)
     x = rng.standard_normal((9, k)).astype(np.float32)
     tiles = t.cuda_matvec(id_of(GT.Q4_0), raw, n_out, x)
     assert np.all(np.isfinite(tiles))
-    for split in (0,) + MMA_SPLITS[k]:
-        for group in DECODE_GROUPS:
-            y = t.cuda_matvec_mma(id_of(GT.Q4_0), raw, n_out, np.ascontiguousarray(x[group]), split)
-            assert np.array_equal(y, tiles[group]), (split, group)
+    kernels = [("packed", (0,) + MMA_SPLITS[k])]
+    if k != 576:
+        kernels += [("blocks", (0,) + BLOCKS_SPLITS), ("any", (0,))]
+    for weights, splits in kernels:
+        for split in splits:
+            for group in DECODE_GROUPS:
+                y = t.cuda_matvec_mma(id_of(GT.Q4_0), raw, n_out, np.ascontiguousarray(x[group]), split, weights)
+                assert np.array_equal(y, tiles[group]), (weights, split, group)
 
 
 def test_the_tensor_core_decode_matvec_refuses_what_it_cannot_cut_or_read():
@@ -187,9 +195,18 @@ def test_the_tensor_core_decode_matvec_refuses_what_it_cannot_cut_or_read():
     raw = random_matrix(GT.Q4_0, 576, 16, rng)
     x = rng.standard_normal((3, 576)).astype(np.float32)
     with pytest.raises(ValueError, match="cannot cut 4 stages into 8"):
-        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 8)
+        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 8, "packed")
     with pytest.raises(ValueError, match="cannot cut 4 stages into 3"):
-        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 3)
+        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 3, "packed")
+    # 576 = 18 blocks a row: not whole 16-byte runs, so only the packed copy.
+    with pytest.raises(ValueError, match=r"does not take Q4_0 weights with 3 rows of 576 \(blocks\)"):
+        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 0, "blocks")
+    raw_1024 = random_matrix(GT.Q4_0, 1024, 16, rng)
+    x_1024 = rng.standard_normal((3, 1024)).astype(np.float32)
+    with pytest.raises(ValueError, match="4 or 8 subtrees, not 2"):
+        t.cuda_matvec_mma(id_of(GT.Q4_0), raw_1024, 16, x_1024, 2, "blocks")
+    with pytest.raises(ValueError, match="weights 'gguf' is not any, blocks or packed"):
+        t.cuda_matvec_mma(id_of(GT.Q4_0), raw_1024, 16, x_1024, 0, "gguf")
     q8 = random_matrix(GT.Q8_0, 576, 16, rng)
     with pytest.raises(ValueError, match="no packed copy of Q8_0"):
         t.cuda_matvec_mma(id_of(GT.Q8_0), q8, 16, x, 0)

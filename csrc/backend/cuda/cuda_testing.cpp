@@ -175,7 +175,12 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
 }
 
 std::vector<float> matvec_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
-                              int split) {
+                              int split, const std::string& weights) {
+  const cuda::MmaWeights which = weights == "any"      ? cuda::MmaWeights::kAny
+                                 : weights == "blocks" ? cuda::MmaWeights::kBlocks
+                                 : weights == "packed" ? cuda::MmaWeights::kPacked
+                                                       : throw InvalidArgument("[cuda testing] matvec_mma: weights '" +
+                                                                               weights + "' is not any, blocks or packed");
   check_matvec(type, k, n_rows, 0, 0, true, 1);
   if (n_rows > 4) throw InvalidArgument("[cuda testing] matvec_mma: the decode kernel takes 1..4 rows");
   Stream stream;
@@ -188,10 +193,10 @@ std::vector<float> matvec_mma(DType type, const uint8_t* w, size_t n_out, size_t
   DeviceBuffer dy(std::max<size_t>(1, n_rows * n_out) * sizeof(float), "y");
   const DeviceActivations act(type, x, n_rows, k, stream.get());
   const cuda::MatvecTarget target{dw.get(), n_out, dy.as<float>(), n_out, dw_packed.get()};
-  if (!cuda::matvec_decode_mma(type, &target, 1, act.view, n_rows, split, stream.get())) {
+  if (!cuda::matvec_decode_mma(type, &target, 1, act.view, n_rows, split, which, stream.get())) {
     throw InvalidArgument(std::string("[cuda testing] matvec_mma: the tensor-core decode matvec does not take ") +
                           dtype_info(type).name + " weights with " + std::to_string(n_rows) + " rows of " +
-                          std::to_string(k));
+                          std::to_string(k) + " (" + weights + ")");
   }
   stream.sync();
   return download<float>(dy, n_rows * n_out);

@@ -166,7 +166,7 @@ void matvec_decode_group(DType type, const MatvecTarget* targets, size_t count, 
   size_t n_out = 0;
   for (size_t i = 0; i < count; ++i) n_out += targets[i].n_out;
   if (decode_takes_mma(type, n_rows, n_out * x.k, false) &&
-      matvec_decode_mma(type, targets, count, x, n_rows, 0, stream)) {
+      matvec_decode_mma(type, targets, count, x, n_rows, 0, MmaWeights::kAny, stream)) {
     return;
   }
   matvec_decode(type, targets, count, x, n_rows, decode_config(type, n_out, n_rows), stream);

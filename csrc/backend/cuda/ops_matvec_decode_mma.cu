@@ -47,6 +47,7 @@
 #include "backend/cuda/gemm_mma_parts.cuh"
 #include "backend/cuda/launch_targets.cuh"
 #include "backend/cuda/matvec_decode_kernel.cuh"
+#include "backend/cuda/matvec_mma_lane.cuh"
 #include "core/env_switch.h"
 #include "core/error.h"
 
@@ -60,14 +61,14 @@ using gemm::kWChunk;
 using gemm::kWQBytes;
 using gemm::Walk;
 
-constexpr int kWarps = 8;     // warps per block: (8 / kSplit) 16-output tiles x kSplit subtrees
+using mma_decode::kJoinBytes;
+using mma_decode::kWarps;
 constexpr int kGroupRows = 4; // activation rows the shared layout holds (zeros past the group)
 // One stage of the group's activations in shared memory: per slot, per row,
 // per lane t the words t and t + 4 of the unit's quants (B's b0, b1), then
 // per slot the rows' scales.
 constexpr int kActStageQBytes = kStageUnits * kGroupRows * 4 * 8;
 constexpr int kActStageBytes = kActStageQBytes + kStageUnits * kGroupRows * 4;
-constexpr int kJoinBytes = kWarps * 32 * 2 * 4;  // each warp's two sums per lane
 
 // A warp's ring of kRing stage buffers in shared memory, each one stage of
 // its 16 outputs' packed weights: the quants (16 outputs x 8 pieces of 16
@@ -122,7 +123,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const BlockTarget bt = block_target(targets, blockIdx.x);
   const size_t tile16 = static_cast<size_t>(blockIdx.x - bt.first) * kTilesPerBlock + warp / kSplit;
   const size_t out0 = tile16 * 16;
-  const bool active = out0 < bt.n_out;  // a tile past the matrix (the target's last block) only joins the barriers
+  const mma_decode::Lane me = mma_decode::lane_of(out0, split, bt);
+  const bool active = me.active;
   // This warp's stage s: the 2 KiB of quants of its outputs 16 (tile16 % 4)
   // .. + 15 and their 512 bytes of scales in chunk s of 64-output tile
   // tile16 / 4. Lane l copies 16-byte pieces l, l + 32, ..., l + 128 (the
@@ -151,21 +153,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const unsigned q_hi = static_cast<unsigned>(g * 128 + 16 * ((2 * t + 1) ^ g));
   const unsigned d_at = static_cast<unsigned>(kWStageQBytes + ((t / 2) * 16 + g / 2) * 16);
 
-  const int r0 = 2 * (t % 2);
+  const int r0 = me.r0;
   const bool upper = t >= 2;  // this lane's output is g + 8
-  const size_t out = out0 + g + (upper ? 8 : 0);
-  // The RoPE angles of this lane's outputs, before the wait: no kernel
-  // writes the positions or the frequencies (as matvec_decode_kernel).
-  float2 angle[2] = {make_float2(1.0f, 0.0f), make_float2(1.0f, 0.0f)};
-  if constexpr (kEpilogue == kEpilogueRopeKv) {
-    const uint32_t dim = static_cast<uint32_t>(out % epilogue.head_dim);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      if (bt.p < 2 && active && out < bt.n_out && r0 + j < kRows && dim < epilogue.n_rot) {
-        angle[j] = rope_angle(dim, epilogue.positions[r0 + j], epilogue.position_scale, epilogue.inv_freq);
-      }
-    }
-  }
+  float2 angle[2];
+  mma_decode::rope_angles<kRows, kEpilogue>(me, bt, epilogue, angle);
 
   // The first kRing - 1 stages' weights go out before the wait: no kernel writes them.
 #pragma unroll
@@ -271,60 +262,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < 2; ++j) total[j] = kTopLevel == 5 ? acc[j] : stack[kTopLevel < 5 ? kTopLevel : 0][j];
 
-  // Every lane of the warp calls it (the epilogue's shuffle).
-  auto store = [&](const float (&v)[2]) {
-    float other[2] = {0.0f, 0.0f};
-    if constexpr (kEpilogue == kEpilogueRopeKv) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) other[j] = __shfl_xor_sync(0xffffffffu, v[j], 4);
-    }
-    if (!active || out >= bt.n_out) return;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int r = r0 + j;
-      if (r >= kRows) continue;
-      if constexpr (kEpilogue == kEpilogueRopeKv) {
-        float value = v[j];
-        const uint32_t dim = static_cast<uint32_t>(out % epilogue.head_dim);
-        if (bt.p < 2 && dim < epilogue.n_rot) value = rope_rotate(v[j], other[j], dim, angle[j]);
-        bt.y[r * bt.ld_y + out] = value;
-        if (bt.p >= 1 && epilogue.kv.writes[r] != 0) {
-          const int32_t pos = epilogue.kv.positions[r];
-          const size_t slot =
-              epilogue.ring ? static_cast<size_t>(pos % epilogue.kv.ring_rows[r]) : static_cast<size_t>(pos);
-          uint16_t* plane = const_cast<uint16_t*>(
-              epilogue.kv.tables[r][bt.p == 1 ? epilogue.layer : epilogue.n_layer + epilogue.layer]);
-          plane[slot * bt.n_out + out] = f32_to_f16_bits(value);
-        }
-      } else {
-        bt.y[r * bt.ld_y + out] = v[j];
-      }
-    }
-  };
-  if constexpr (kSplit == 1) {
-    store(total);
-  } else {
-    // The subtrees' totals join at the tree's nodes above them, left + right.
-    float* join = reinterpret_cast<float*>(smem + n_stages * kActStageBytes);
-    join[(warp * 32 + lane) * 2] = total[0];
-    join[(warp * 32 + lane) * 2 + 1] = total[1];
-    __syncthreads();
-    if (split != 0) return;
-    float v[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float level[kSplit];
-#pragma unroll
-      for (int s = 0; s < kSplit; ++s) level[s] = join[((warp + s) * 32 + lane) * 2 + j];
-#pragma unroll
-      for (int width = kSplit; width > 1; width /= 2) {
-#pragma unroll
-        for (int s = 0; s < width / 2; ++s) level[s] = level[2 * s] + level[2 * s + 1];
-      }
-      v[j] = level[0];
-    }
-    store(v);
-  }
+  mma_decode::join_and_store<kRows, kSplit, kEpilogue>(total, reinterpret_cast<float*>(smem + n_stages * kActStageBytes),
+                                                      me, bt, epilogue, angle);
 }
 
 // The fewest rows of a decode group that take the tensor cores by default.
@@ -350,33 +289,24 @@ size_t mma_min_rows() {
   return rows;
 }
 
-// The subtrees per tile: the most (1, 2, 4, 8) whose blocks still run in
-// one wave (blocks_per_sm on every SM), within the walk's whole stages
-// (kP < 8: 4 kP stages), so that small matrices (llama3-8b's o, q/k/v)
-// keep enough warps and bytes in flight; at least 1.
-int pick_split(size_t tiles16, int kp, int n_stages, int blocks_per_sm) {
-  const size_t slots = static_cast<size_t>(blocks_per_sm) * multiprocessor_count();
-  int split = 1;
-  while (split < 8 && n_stages % (2 * split) == 0 && (kp == 8 || 2 * split <= 4 * kp) &&
-         (tiles16 * 2 * split + kWarps - 1) / kWarps <= slots) {
-    split *= 2;
-  }
-  return split;
-}
-
-// Blocks of the kernel per SM with `smem` bytes of shared memory each
-// (its registers allow two).
-int blocks_per_sm(size_t smem) {
-  const int by_smem = static_cast<int>(shared_memory_per_multiprocessor() / (smem + 1024));  // 1 KiB reserved a block
-  return by_smem < 1 ? 1 : by_smem > 2 ? 2 : by_smem;
+// MUSER_CUDA_DECODE_MMA_BLOCKS=0 keeps the packed-copy kernel where the
+// blocks kernel could read the weights (for A/B runs; the same bits).
+bool blocks_enabled() {
+  static const bool enabled = !env_is("MUSER_CUDA_DECODE_MMA_BLOCKS", "0");
+  return enabled;
 }
 
 template <int kEpilogue>
 bool launch_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
-                int split, const DecodeEpilogue& epilogue, void* stream_ptr) {
+                int split, MmaWeights weights, const RopeKvTail* rope, void* stream_ptr) {
   if (type != DType::Q4_0 || x.format != ActivationFormat::Q8_0 || n_rows < 1 || n_rows > 4 || count < 1 ||
       count > kMaxDecodeTargets || x.k % 32 != 0) {
     return false;
+  }
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (weights == MmaWeights::kBlocks || (weights == MmaWeights::kAny && blocks_enabled())) {
+    if (mma_decode::launch_blocks(targets, count, x, n_rows, split, rope, stream)) return true;
+    if (weights == MmaWeights::kBlocks) return false;
   }
   size_t tiles16 = 0;
   for (size_t p = 0; p < count; ++p) {
@@ -384,13 +314,17 @@ bool launch_mma(DType type, const MatvecTarget* targets, size_t count, const Act
     tiles16 += (targets[p].n_out + 15) / 16;
   }
   if (tiles16 == 0) return true;
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const DecodeEpilogue epilogue = rope != nullptr ? rope_kv_epilogue(*rope) : DecodeEpilogue{};
   bool launched = false;
   gemm::with_walk(x.k, [&]<int kP>(int stages_per_class) {
     const int n_stages = Walk<kP>{stages_per_class}.n_stages();
     const size_t smem = static_cast<size_t>(n_stages) * kActStageBytes + kJoinBytes + kWarps * kRingBytes;
     if (smem > shared_memory_per_block_optin()) return;
-    const int s = split != 0 ? split : pick_split(tiles16, kP, n_stages, blocks_per_sm(smem));
+    // Subtrees of whole stages (kP < 8: at most 4 kP, whole classes a stage).
+    const int s = split != 0 ? split
+                             : mma_decode::pick_split(tiles16, mma_decode::blocks_per_sm(smem), [&](int cut) {
+                                 return n_stages % cut == 0 && (kP == 8 || cut <= 4 * kP);
+                               });
     if ((s != 1 && s != 2 && s != 4 && s != 8) || n_stages % s != 0 || (kP < 8 && s > 4 * kP)) {
       throw InvalidArgument("[cuda matvec] the tensor-core decode matvec cannot cut " + std::to_string(n_stages) +
                             " stages into " + std::to_string(s) + " subtrees");
@@ -430,13 +364,13 @@ bool launch_mma(DType type, const MatvecTarget* targets, size_t count, const Act
 }  // namespace
 
 bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
-                       int split, void* stream) {
-  return launch_mma<kEpilogueNone>(type, targets, count, x, n_rows, split, DecodeEpilogue{}, stream);
+                       int split, MmaWeights weights, void* stream) {
+  return launch_mma<kEpilogueNone>(type, targets, count, x, n_rows, split, weights, nullptr, stream);
 }
 
 bool matvec_rope_kv_mma(DType type, const MatvecTarget* qkv, const ActivationView& x, size_t n_rows,
                         const RopeKvTail& tail, void* stream) {
-  return launch_mma<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, 0, rope_kv_epilogue(tail), stream);
+  return launch_mma<kEpilogueRopeKv>(type, qkv, 3, x, n_rows, 0, MmaWeights::kAny, &tail, stream);
 }
 
 bool decode_takes_mma(DType type, size_t n_rows, size_t weights, bool rope) {
