@@ -150,8 +150,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
   };
 
-  float2 angle[2];
-  rope_angles<kRows, kEpilogue>(me, bt, epilogue, angle);
+  // The RoPE angles wait in shared memory past the ring for the split-0
+  // warps that store (held in registers through the walk, they pushed the
+  // q/k/v launch's split-4 kernel past 128 registers into spills).
+  float4* angles = reinterpret_cast<float4*>(reinterpret_cast<uint8_t*>(smem_blocks) + kRing * S::kBytes) +
+                   (warp / kSplit) * 32 + lane;
+  if constexpr (kEpilogue == kEpilogueRopeKv) {
+    if (split == 0) {
+      float2 angle[2];
+      rope_angles<kRows, kEpilogue>(me, bt, epilogue, angle);
+      *angles = make_float4(angle[0].x, angle[0].y, angle[1].x, angle[1].y);
+    }
+  }
   // The weights of the first kRing - 1 stages go out before the wait (no
   // kernel writes them), the activations after it, all in one group.
 #pragma unroll
@@ -235,13 +245,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
   }
   const float total[2] = {acc[0][0], acc[0][1]};
+  float2 angle[2] = {make_float2(1.0f, 0.0f), make_float2(1.0f, 0.0f)};
+  if constexpr (kEpilogue == kEpilogueRopeKv) {
+    if (split == 0) {
+      const float4 a = *angles;
+      angle[0] = make_float2(a.x, a.y);
+      angle[1] = make_float2(a.z, a.w);
+    }
+  }
   __syncthreads();  // every warp is past the ring, which the join reuses
   join_and_store<kRows, kSplit, kEpilogue>(total, reinterpret_cast<float*>(smem_blocks), me, bt, epilogue, angle);
 }
 
+// The ring, then (kEpilogueRopeKv) each tile's lanes' RoPE angles.
 template <int kSplit>
-constexpr size_t stage_smem() {
-  return static_cast<size_t>(kRing) * Stage<kSplit>::kBytes;
+constexpr size_t stage_smem(int epilogue = kEpilogueNone) {
+  return static_cast<size_t>(kRing) * Stage<kSplit>::kBytes +
+         (epilogue == kEpilogueRopeKv ? (kWarps / kSplit) * 32 * sizeof(float4) : 0);
 }
 static_assert(stage_smem<4>() >= kJoinBytes, "the join reuses the ring");
 
@@ -265,7 +285,8 @@ bool launch_blocks(const MatvecTarget* targets, size_t count, const ActivationVi
   if (tiles16 == 0) return true;
   // 8 subtrees where a block per tile still runs in one wave (llama3-8b's
   // o, q/k/v and ffn_down), else 4.
-  const size_t one_wave = static_cast<size_t>(blocks_per_sm(stage_smem<8>())) * multiprocessor_count();
+  const size_t one_wave =
+      static_cast<size_t>(blocks_per_sm(stage_smem<8>(kEpilogueRopeKv))) * multiprocessor_count();
   const int s = split != 0 ? split : tiles16 <= one_wave ? 8 : 4;
   if (s != 4 && s != 8) {
     throw InvalidArgument("[cuda matvec] the tensor-core decode matvec on the blocks cuts a tile's classes into 4 or "
@@ -276,7 +297,7 @@ bool launch_blocks(const MatvecTarget* targets, size_t count, const ActivationVi
     unsigned blocks = 0;
     const DecodeTargets t = decode_targets(targets, count, Stage<kSplit>::kOuts, false, blocks);
     auto kernel = matvec_mma_blocks_kernel<kRows, kSplit, kEpilogue>;
-    constexpr size_t smem = stage_smem<kSplit>();
+    constexpr size_t smem = stage_smem<kSplit>(kEpilogue);
     // Once per kernel (not inside a graph capture).
     static const cudaError_t opted_in =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
