@@ -1,5 +1,8 @@
 // The decode matvec of 3..4-row groups on the tensor cores, for Q4_0
-// weights with the packed GEMM's copy (gemm_mma_parts.cuh: kWChunk).
+// weights with the packed GEMM's copy (gemm_mma_parts.cuh: kWChunk), and
+// the entry points of both tensor-core decode kernels: rows of a multiple
+// of 8 blocks go to the kernel on the GGUF blocks first
+// (ops_matvec_decode_mma_blocks.cu, fewer bytes), the rest come here.
 //
 // Why: matvec_decode_kernel spends eight dp4a per weight unit per row plus
 // the unit's decode and the activation loads, about 4.7 warp instructions
