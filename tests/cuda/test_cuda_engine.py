@@ -367,7 +367,7 @@ def test_decode_groups_on_the_tensor_cores_keep_the_bits_of_the_dp4a_kernels(sha
     from 2 or 3 rows to the tensor-core matvec (the q/k/v launch with its
     RoPE + KV epilogue, or apart under MUSER_CUDA_FUSE=0; or only some
     launches, MUSER_CUDA_DECODE_MMA_ROPE / _MID=0; on the GGUF blocks where
-    rows hold a multiple of 8, or on the packed copy only, _BLOCKS=0): every
+    rows hold a multiple of 8, _BLOCKS=1, or on the packed copy only, =0): every
     logit of every row, decoded alone and in groups of 4 and 2, is bitwise
     what the dp4a kernels give ("0"). The shapes cover every walk: 2, 18
     and 48 units a row (tiny, smollm2), 128 and llama3-8b's ffn_down at 448."""
@@ -382,6 +382,7 @@ def test_decode_groups_on_the_tensor_cores_keep_the_bits_of_the_dp4a_kernels(sha
                 "mma-2-apart": {"MUSER_CUDA_DECODE_MMA": "2", "MUSER_CUDA_FUSE": "0"},
                 "mma-3-dp4a-rope-and-mid": {"MUSER_CUDA_DECODE_MMA": "3", "MUSER_CUDA_DECODE_MMA_ROPE": "0",
                                             "MUSER_CUDA_DECODE_MMA_MID": "0"},
+                "mma-3-blocks": {"MUSER_CUDA_DECODE_MMA": "3", "MUSER_CUDA_DECODE_MMA_BLOCKS": "1"},
                 "mma-3-packed-only": {"MUSER_CUDA_DECODE_MMA": "3", "MUSER_CUDA_DECODE_MMA_BLOCKS": "0"}}
     traces = {}
     for label, env in settings.items():

@@ -292,10 +292,15 @@ size_t mma_min_rows() {
   return rows;
 }
 
+// Whether launches whose rows the blocks kernel reads go to it unless the
+// environment says otherwise.
+constexpr bool kBlocksByDefault = true;
 // MUSER_CUDA_DECODE_MMA_BLOCKS=0 keeps the packed-copy kernel where the
-// blocks kernel could read the weights (for A/B runs; the same bits).
+// blocks kernel could read the weights, =1 takes the blocks kernel there
+// (for A/B runs; the same bits). Read once.
 bool blocks_enabled() {
-  static const bool enabled = !env_is("MUSER_CUDA_DECODE_MMA_BLOCKS", "0");
+  static const bool enabled = env_is("MUSER_CUDA_DECODE_MMA_BLOCKS", "1") ||
+                              (kBlocksByDefault && !env_is("MUSER_CUDA_DECODE_MMA_BLOCKS", "0"));
   return enabled;
 }
 
