@@ -1,7 +1,8 @@
 // The decode matvec of 3..4-row groups on the tensor cores, for Q4_0
 // weights with the packed GEMM's copy (gemm_mma_parts.cuh: kWChunk), and
-// the entry points of both tensor-core decode kernels: rows of a multiple
-// of 8 blocks go to the kernel on the GGUF blocks first
+// the entry points of both tensor-core decode kernels: with
+// MUSER_CUDA_DECODE_MMA_BLOCKS=1 (below: kBlocksByDefault), rows of a
+// multiple of 8 blocks go to the kernel on the GGUF blocks first
 // (ops_matvec_decode_mma_blocks.cu, fewer bytes), the rest come here.
 //
 // Why: matvec_decode_kernel spends eight dp4a per weight unit per row plus
@@ -293,8 +294,10 @@ size_t mma_min_rows() {
 }
 
 // Whether launches whose rows the blocks kernel reads go to it unless the
-// environment says otherwise.
-constexpr bool kBlocksByDefault = true;
+// environment says otherwise: not yet, the blocks kernel has not run on a
+// GPU (session 17 got no device machine); its op and engine tests are
+// ready (tests/cuda), and benchmarks/device/cuda_decode_mma_ab.sh its A/B.
+constexpr bool kBlocksByDefault = false;
 // MUSER_CUDA_DECODE_MMA_BLOCKS=0 keeps the packed-copy kernel where the
 // blocks kernel could read the weights, =1 takes the blocks kernel there
 // (for A/B runs; the same bits). Read once.
