@@ -192,24 +192,21 @@ def test_the_tensor_core_decode_matvec_gives_each_row_the_bits_of_the_prefill_ti
 
 def test_the_tensor_core_decode_matvec_refuses_what_it_cannot_cut_or_read():
     rng = np.random.default_rng(4)
-    raw = random_matrix(GT.Q4_0, 576, 16, rng)
-    x = rng.standard_normal((3, 576)).astype(np.float32)
-    with pytest.raises(ValueError, match="cannot cut 4 stages into 8"):
-        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 8, "packed")
-    with pytest.raises(ValueError, match="cannot cut 4 stages into 3"):
-        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 3, "packed")
-    # 576 = 18 blocks a row: not whole 16-byte runs, so only the packed copy.
-    with pytest.raises(ValueError, match=r"does not take Q4_0 weights with 3 rows of 576 \(blocks\)"):
-        t.cuda_matvec_mma(id_of(GT.Q4_0), raw, 16, x, 0, "blocks")
-    raw_1024 = random_matrix(GT.Q4_0, 1024, 16, rng)
-    x_1024 = rng.standard_normal((3, 1024)).astype(np.float32)
-    with pytest.raises(ValueError, match="4 or 8 subtrees, not 2"):
-        t.cuda_matvec_mma(id_of(GT.Q4_0), raw_1024, 16, x_1024, 2, "blocks")
-    with pytest.raises(ValueError, match="weights 'gguf' is not any, blocks or packed"):
-        t.cuda_matvec_mma(id_of(GT.Q4_0), raw_1024, 16, x_1024, 0, "gguf")
-    q8 = random_matrix(GT.Q8_0, 576, 16, rng)
-    with pytest.raises(ValueError, match="no packed copy of Q8_0"):
-        t.cuda_matvec_mma(id_of(GT.Q8_0), q8, 16, x, 0)
+    q4_576 = (GT.Q4_0, random_matrix(GT.Q4_0, 576, 16, rng), rng.standard_normal((3, 576)).astype(np.float32))
+    q4_1024 = (GT.Q4_0, random_matrix(GT.Q4_0, 1024, 16, rng), rng.standard_normal((3, 1024)).astype(np.float32))
+    q8_576 = (GT.Q8_0, random_matrix(GT.Q8_0, 576, 16, rng), q4_576[2])
+    refusals = [
+        (q4_576, 8, "packed", "cannot cut 4 stages into 8"),
+        (q4_576, 3, "packed", "cannot cut 4 stages into 3"),
+        # 576 = 18 blocks a row: not whole 16-byte runs, so only the packed copy.
+        (q4_576, 0, "blocks", r"does not take Q4_0 weights with 3 rows of 576 \(blocks\)"),
+        (q4_1024, 2, "blocks", "4 or 8 subtrees, not 2"),
+        (q4_1024, 0, "gguf", "weights 'gguf' is not any, blocks or packed"),
+        (q8_576, 0, "any", "no packed copy of Q8_0"),
+    ]
+    for (qtype, raw, x), split, weights, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            t.cuda_matvec_mma(id_of(qtype), raw, 16, x, split, weights)
 
 
 def test_a_decode_config_that_does_not_exist_is_refused():
