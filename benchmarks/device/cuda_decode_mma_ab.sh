@@ -10,7 +10,8 @@ export BENCH_MODELS=${BENCH_MODELS:-llama3-8b-Q4_0 smollm2-135m-Q4_0}
 export DEADLINE=${DEADLINE:-230}
 . "$(dirname "$0")/cuda_common.sh"
 bench_models_ready
-for mode in "MUSER_CUDA_DECODE_MMA_BLOCKS=1" "MUSER_CUDA_DECODE_MMA_BLOCKS=0" "MUSER_CUDA_DECODE_MMA_ROPE=0" "MUSER_CUDA_DECODE_MMA_ROPE=0 MUSER_CUDA_DECODE_MMA_MID=0" \
+for mode in "MUSER_CUDA_DECODE_MMA_BLOCKS=1" "MUSER_CUDA_DECODE_MMA_BLOCKS=0" "MUSER_CUDA_DECODE_MMA_ROPE=0" \
+            "MUSER_CUDA_DECODE_MMA_ROPE=0 MUSER_CUDA_DECODE_MMA_MID=0" \
             "MUSER_CUDA_DECODE_MMA=0" "MUSER_CUDA_DECODE_MMA_BLOCKS=1"; do
   log "bench ${mode:-default}"
   env $mode timeout "$(cap 40)" python3 -u benchmarks/bench_cuda.py $bench_files --decode-only 2>&1 |

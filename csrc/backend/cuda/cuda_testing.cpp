@@ -176,11 +176,12 @@ std::vector<std::vector<float>> matvec_targets(DType type, const std::vector<con
 
 std::vector<float> matvec_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
                               int split, const std::string& weights) {
+  if (weights != "any" && weights != "blocks" && weights != "packed") {
+    throw InvalidArgument("[cuda testing] matvec_mma: weights '" + weights + "' is not any, blocks or packed");
+  }
   const cuda::MmaWeights which = weights == "any"      ? cuda::MmaWeights::kAny
                                  : weights == "blocks" ? cuda::MmaWeights::kBlocks
-                                 : weights == "packed" ? cuda::MmaWeights::kPacked
-                                                       : throw InvalidArgument("[cuda testing] matvec_mma: weights '" +
-                                                                               weights + "' is not any, blocks or packed");
+                                                       : cuda::MmaWeights::kPacked;
   check_matvec(type, k, n_rows, 0, 0, true, 1);
   if (n_rows > 4) throw InvalidArgument("[cuda testing] matvec_mma: the decode kernel takes 1..4 rows");
   Stream stream;

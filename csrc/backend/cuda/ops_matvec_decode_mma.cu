@@ -67,7 +67,7 @@ using gemm::Walk;
 
 using mma_decode::kJoinBytes;
 using mma_decode::kWarps;
-constexpr int kGroupRows = 4; // activation rows the shared layout holds (zeros past the group)
+constexpr int kGroupRows = 4;  // activation rows the shared layout holds (zeros past the group)
 // One stage of the group's activations in shared memory: per slot, per row,
 // per lane t the words t and t + 4 of the unit's quants (B's b0, b1), then
 // per slot the rows' scales.
@@ -266,8 +266,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < 2; ++j) total[j] = kTopLevel == 5 ? acc[j] : stack[kTopLevel < 5 ? kTopLevel : 0][j];
 
-  mma_decode::join_and_store<kRows, kSplit, kEpilogue>(total, reinterpret_cast<float*>(smem + n_stages * kActStageBytes),
-                                                      me, bt, epilogue, angle);
+  float* join = reinterpret_cast<float*>(smem + n_stages * kActStageBytes);
+  mma_decode::join_and_store<kRows, kSplit, kEpilogue>(total, join, me, bt, epilogue, angle);
 }
 
 // The fewest rows of a decode group that take the tensor cores by default.
