@@ -20,11 +20,14 @@
 // classes fold in the balanced tree the packed walk pushes its leaves onto
 // (which adds what warp_sum's butterfly adds). Units past the row are not
 // walked: the packed walk adds +0.0f for them, which leaves every sum as it
-// is (a sum that starts at +0.0f is never -0.0f). The tile's classes may be
-// cut into kSplit subtrees of 32 / kSplit consecutive classes, each its own
-// warp: class c's lane has the low bits rev(c's high bits), so subtree s
-// takes the units u with u % kSplit = rev(s), 8 of every 8 kSplit; the
-// block joins the subtrees at the tree's nodes (matvec_mma_lane.cuh).
+// is (a sum that starts at +0.0f is never -0.0f). The tile's classes are
+// cut into kSplit = 4 or 8 subtrees of 32 / kSplit consecutive classes,
+// each its own warp: class c's lane has the low bits rev(c's high bits),
+// so subtree s takes the units u with u % kSplit = rev(s), 8 of every
+// 8 kSplit; the block joins the subtrees at the tree's nodes
+// (matvec_mma_lane.cuh). Fewer subtrees would hold 16 or 32 classes'
+// accumulators a lane, which ptxas put in local memory at the 128
+// registers two blocks an SM allow.
 //
 // A stage is 8 kSplit consecutive units of the block's 128 / kSplit
 // outputs (8 a warp): each output's run of blocks (144 kSplit bytes, a
