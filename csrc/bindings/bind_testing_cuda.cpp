@@ -173,8 +173,9 @@ void bind_testing_cuda(nb::module_& m) {
       nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("split") = 0,
       nb::arg("weights") = "any",
       "y = x @ W.T for 1..4 rows through the tensor-core decode matvec (Q4_0) on W's GGUF blocks or its packed "
-      "copy (weights: 'any' (blocks where the kernel reads them), 'blocks', 'packed'), each 16-output tile's 32 "
-      "classes cut into `split` subtrees (1, 2, 4, 8; 0: the kernel's pick).");
+      "copy (weights: 'any' as the engine chooses (the packed copy unless MUSER_CUDA_DECODE_MMA_BLOCKS=1), "
+      "'blocks', 'packed'), each 16-output tile's 32 classes cut into `split` subtrees (packed 1, 2, 4, 8; blocks "
+      "4, 8; 0: the kernel's pick).");
   m.def(
       "cuda_time_matvec",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, int reps, int warp_rows, int unroll,

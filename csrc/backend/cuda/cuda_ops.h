@@ -124,17 +124,19 @@ void matvec_targets(DType type, const MatvecTarget* targets, size_t count, const
 // InvalidArgument for a config that does not exist.
 void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                    const DecodeConfig& config, void* stream);
-// Which weights the tensor-core decode matvec reads: the GGUF blocks where
-// their kernel can (ops_matvec_decode_mma_blocks.cu: rows of a multiple of
-// 8 blocks), else the packed GEMM copy (ops_matvec_decode_mma.cu); or only
-// the one named.
+// Which weights the tensor-core decode matvec reads: kAny as the engine
+// does (the GGUF blocks where their kernel can, ops_matvec_decode_mma_blocks.cu:
+// rows of a multiple of 8 blocks, if MUSER_CUDA_DECODE_MMA_BLOCKS allows,
+// which by default it does not yet; else the packed GEMM copy,
+// ops_matvec_decode_mma.cu), or only the one named.
 enum class MmaWeights { kAny, kBlocks, kPacked };
 // The decode matvec on the tensor cores: Q4_0 weights, Q8_0 activations,
 // 1..4 rows; every output bitwise what matvec_decode gives it. split: the
-// subtrees a 16-output tile's 32 classes are cut into (1, 2, 4, 8; 0:
-// picked from the launch's size). Returns false (nothing enqueued) where
-// it does not take the call (the packed kernel: a target without w_packed);
-// throws InvalidArgument for a split the walk cannot cut into.
+// subtrees a 16-output tile's 32 classes are cut into (the packed kernel
+// 1, 2, 4, 8, the blocks kernel 4, 8; 0: picked from the launch's size).
+// Returns false (nothing enqueued) where it does not take the call (the
+// packed kernel: a target without w_packed; the blocks kernel: rows it
+// cannot read); throws InvalidArgument for a split it cannot cut into.
 bool matvec_decode_mma(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                        int split, MmaWeights weights, void* stream);
 // Whether a decode launch of n_rows rows over `weights` weights (n_out x k
