@@ -35,6 +35,7 @@
 // then the group's activation quants and scales of those units. A lane's
 // A words (4 bytes at 2 + 4 t of an 18-byte block) sit at 2-byte
 // alignment: two aligned loads and a funnel shift.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -119,11 +120,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int n_stages = (n_units + S::kUnits - 1) / S::kUnits;
   const size_t row_bytes = static_cast<size_t>(n_units) * kQ4Bytes;
 
+  // The units stage s holds: kUnits, fewer in a row's last stage.
+  auto stage_units = [&](int s) { return min(S::kUnits, n_units - s * S::kUnits); };
   // Stage s's copies (none past the last stage; outputs past the matrix and
   // units past the row are left as they are and never stored).
   auto issue_weights = [&](int s) {
     if (s >= n_stages) return;
-    const int pieces = (n_units - s * S::kUnits < S::kUnits ? n_units - s * S::kUnits : S::kUnits) * kQ4Bytes / 16;
+    const int pieces = stage_units(s) * kQ4Bytes / 16;
     const unsigned dst = base + static_cast<unsigned>((s % kRing) * S::kBytes);
     const uint8_t* src = bt.w + block_out0 * row_bytes + static_cast<size_t>(s) * S::kRunBytes;
     for (int i = tid; i < S::kOuts * S::kRunPieces; i += kWarps * 32) {
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   };
   auto issue_activations = [&](int s) {
     if (s >= n_stages) return;
-    const int units = n_units - s * S::kUnits < S::kUnits ? n_units - s * S::kUnits : S::kUnits;
+    const int units = stage_units(s);
     const unsigned dst = base + static_cast<unsigned>((s % kRing) * S::kBytes + S::kWBytes);
     constexpr int kQPieces = S::kUnits * 2, kDPieces = S::kUnits / 4, kPieces = kQPieces + kDPieces;
     const size_t u0 = static_cast<size_t>(s) * S::kUnits;
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     cp_async_commit();  // empty groups past the last stage keep the wait count uniform
     if (!me.active) continue;
     const unsigned stage = base + static_cast<unsigned>((s % kRing) * S::kBytes);
-    const int units = n_units - s * S::kUnits;
+    const int units = stage_units(s);
     [&]<int... kSlots>(std::integer_sequence<int, kSlots...>) {
       (compute_slot.template operator()<kSlots>(stage, units), ...);
     }(std::make_integer_sequence<int, 8>());
@@ -287,10 +290,10 @@ bool launch_blocks(const MatvecTarget* targets, size_t count, const ActivationVi
   }
   if (tiles16 == 0) return true;
   // 8 subtrees where a block per tile still runs in one wave (llama3-8b's
-  // o, q/k/v and ffn_down), else 4.
-  const size_t one_wave =
-      static_cast<size_t>(blocks_per_sm(stage_smem<8>(kEpilogueRopeKv))) * multiprocessor_count();
-  const int s = split != 0 ? split : tiles16 <= one_wave ? 8 : 4;
+  // o and ffn_down on 132 SMs), else 4: pick_split's choice, at least 4.
+  const int s = split != 0 ? split
+                           : std::max(4, pick_split(tiles16, blocks_per_sm(stage_smem<8>(kEpilogueRopeKv)),
+                                                    [](int) { return true; }));
   if (s != 4 && s != 8) {
     throw InvalidArgument("[cuda matvec] the tensor-core decode matvec on the blocks cuts a tile's classes into 4 or "
                           "8 subtrees, not " + std::to_string(s));
