@@ -33,6 +33,16 @@ pytest_phase() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || { status=1; log "$label FAILED (or timed out)"; }
 }
 
+# bench_decode CAP [VAR=VALUE ...]: bench_cuda.py's decode cells of $bench_files under min(CAP, budget left)
+# with those environment settings (the default's without), into results.txt.
+bench_decode() {
+  local phase_cap=$1
+  shift
+  log "bench ${*:-default}"
+  env "$@" timeout "$(cap "$phase_cap")" python3 -u benchmarks/bench_cuda.py $bench_files --decode-only 2>&1 |
+    grep -v -i warn | tee -a "$out/results.txt"
+}
+
 # Waits for the models and links them into $bench_dir under the names the benchmarks take.
 bench_models_ready() {
   wait "$gen" || { log "model generation failed:"; tail -5 "$out/gen.log" | tee -a "$out/results.txt"; }

@@ -13,9 +13,7 @@ bench_models_ready
 for mode in "MUSER_CUDA_DECODE_MMA_BLOCKS=1" "MUSER_CUDA_DECODE_MMA_BLOCKS=0" "MUSER_CUDA_DECODE_MMA_ROPE=0" \
             "MUSER_CUDA_DECODE_MMA_ROPE=0 MUSER_CUDA_DECODE_MMA_MID=0" \
             "MUSER_CUDA_DECODE_MMA=0" "MUSER_CUDA_DECODE_MMA_BLOCKS=1"; do
-  log "bench ${mode:-default}"
-  env $mode timeout "$(cap 40)" python3 -u benchmarks/bench_cuda.py $bench_files --decode-only 2>&1 |
-    grep -v -i warn | tee -a "$out/results.txt"
+  bench_decode 40 $mode
 done
 log "done, status $status"
 exit $status

@@ -12,11 +12,8 @@ export DEADLINE=${DEADLINE:-300}
 bench_models_ready
 log "op tests (tensor-core decode)"
 pytest_phase ops-mma 60 ops_mma.xml tests/cuda/test_cuda_ops.py -k tensor_core_decode
-for mode in "MUSER_CUDA_DECODE_MMA_BLOCKS=1" "MUSER_CUDA_DECODE_MMA_BLOCKS=0"; do
-  log "bench $mode"
-  env $mode timeout "$(cap 45)" python3 -u benchmarks/bench_cuda.py $bench_files --decode-only 2>&1 |
-    grep -v -i warn | tee -a "$out/results.txt"
-done
+bench_decode 45 MUSER_CUDA_DECODE_MMA_BLOCKS=1
+bench_decode 45 MUSER_CUDA_DECODE_MMA_BLOCKS=0
 log "engine decode-trace test"
 pytest_phase engine-mma 120 engine_mma.xml \
   "tests/cuda/test_cuda_engine.py::test_decode_groups_on_the_tensor_cores_keep_the_bits_of_the_dp4a_kernels"
