@@ -124,6 +124,7 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(HD == 64 || HD == 128, "heads of 64 or 128 dimensions");
   extern __shared__ uint4 smem_raw[];
   __shared__ __align__(16) TileRow rows_s[kSlots];
+  __shared__ float fold_factors[kSlots][kWarps];  // a slot's share factors (ShareFold::f) of the current run
   const int z = blockIdx.x, kvh = blockIdx.y;
   const int local0 = static_cast<int>(blockIdx.z) * tile_rows;
   const int n_tile = min(tile_rows, n_rows - local0);
@@ -357,10 +358,14 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < n_slots * (HD / 2); i += kThreads) {
-      const int s = i / (HD / 2), d2 = i % (HD / 2);
-      const int ri = run.i0 + s / group;
-      if (z >= rows_s[ri].n_chunks) continue;  // the split holds none of this row's positions
+    // Each slot's fold (its shares' maxima, factors and sum) once, by thread
+    // s, then every value pair from the factors.
+    auto partial_of = [&](int s) {
+      return ((static_cast<size_t>(local0) + run.i0 + s / group) * n_head + kvh * group + s % group) * kSplits + z;
+    };
+    auto split_holds = [&](int s) { return z < rows_s[run.i0 + s / group].n_chunks; };
+    if (static_cast<int>(threadIdx.x) < n_slots && split_holds(threadIdx.x)) {
+      const int s = threadIdx.x;
       float ms[kWarps], ls[kWarps];
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
@@ -368,9 +373,18 @@ __global__ void __launch_bounds__(kThreads)
         ls[w] = fold_ml[2 * (w * kSlots + s) + 1];
       }
       const ShareFold fold = fold_shares(ms);
-      const size_t partial = ((static_cast<size_t>(local0) + ri) * n_head + kvh * group + s % group) * kSplits + z;
-      if (d2 == 0) store_fold(fold, ls, part_ms + 2 * partial);
-      reinterpret_cast<float2*>(part_acc + partial * HD)[d2] = fold_pair(
+      store_fold(fold, ls, part_ms + 2 * partial_of(s));
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) fold_factors[s][w] = fold.f[w];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_slots * (HD / 2); i += kThreads) {
+      const int s = i / (HD / 2), d2 = i % (HD / 2);
+      if (!split_holds(s)) continue;  // the split holds none of this row's positions
+      ShareFold fold;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) fold.f[w] = fold_factors[s][w];
+      reinterpret_cast<float2*>(part_acc + partial_of(s) * HD)[d2] = fold_pair(
           fold, [&](int w) { return reinterpret_cast<const float2*>(fold_acc + (w * kSlots + s) * HD)[d2]; });
     }
     __syncthreads();  // the states read before the next run stages over them
@@ -384,7 +398,7 @@ __global__ void __launch_bounds__(kThreads)
     const int i = k / group, h = kvh * group + k % group;
     const size_t local = static_cast<size_t>(local0) + i, r = row0 + local;
     const size_t first_elem = (r * n_head + h) * HD;
-    combine_partials(min(kSplits, rows_s[i].n_chunks), HD, (local * n_head + h) * kSplits, part_ms, part_acc,
+    combine_partials<HD / 32>(min(kSplits, rows_s[i].n_chunks), HD, (local * n_head + h) * kSplits, part_ms, part_acc,
                      out + first_elem, first_elem, qo, lane, 32);
   }
 }

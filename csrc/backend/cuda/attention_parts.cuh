@@ -106,37 +106,69 @@ __device__ __forceinline__ bool last_block_in(unsigned* counter, int n_active) {
 // (__ldcg), never a stale L1 line.
 // Threads tid of n_threads (a multiple of 32, whole warps) share the
 // elements; each element's operations are the same for any thread count.
+// A thread's elements go kBatch at a time, each batch's partials (and the
+// maxima and sums with the first) loaded before any arithmetic: one L2
+// round trip a batch instead of one per split maximum, one for the sums and
+// one per element (the tensor-core kernel passes head_dim_v / 32, so its
+// warps wait once per (row, head); the decode combine was ~25% of the
+// prefill attention's stall samples, session 18's Nsight source counters).
+template <int kBatch>
 __device__ inline void combine_partials(int n_active, int head_dim_v, size_t base, const float* part_ms,
-                                 const float* part_acc, float* out, size_t first, const QuantizedOut& qo, int tid,
-                                 int n_threads) {
-  float row_max = -INFINITY;
-  for (int z = 0; z < n_active; ++z) row_max = fmaxf(row_max, __ldcg(part_ms + 2 * (base + z)));
-  float f[kSplits];
-  float sum = 0.0f;
+                                        const float* part_acc, float* out, size_t first, const QuantizedOut& qo,
+                                        int tid, int n_threads) {
+  float m[kSplits], l[kSplits];
 #pragma unroll
   for (int z = 0; z < kSplits; ++z) {
-    f[z] = 0.0f;
-    if (z < n_active) {
-      f[z] = expf(__ldcg(part_ms + 2 * (base + z)) - row_max);
-      sum = __fmaf_rn(__ldcg(part_ms + 2 * (base + z) + 1), f[z], sum);
-    }
+    m[z] = z < n_active ? __ldcg(part_ms + 2 * (base + z)) : 0.0f;
+    l[z] = z < n_active ? __ldcg(part_ms + 2 * (base + z) + 1) : 0.0f;
   }
-  for (int d = tid; d < head_dim_v; d += n_threads) {
-    float a = 0.0f;
+  float f[kSplits];
+  float sum = 0.0f;
+  for (int d0 = tid; d0 < head_dim_v; d0 += kBatch * n_threads) {
+    float acc[kBatch][kSplits];
 #pragma unroll
-    for (int z = 0; z < kSplits; ++z) {
-      if (z < n_active) a = __fmaf_rn(__ldcg(part_acc + (base + z) * head_dim_v + d), f[z], a);
+    for (int b = 0; b < kBatch; ++b) {
+      const int d = d0 + b * n_threads;
+#pragma unroll
+      for (int z = 0; z < kSplits; ++z) {
+        acc[b][z] = z < n_active && d < head_dim_v ? __ldcg(part_acc + (base + z) * head_dim_v + d) : 0.0f;
+      }
     }
-    const float value = __fdiv_rn(a, sum);
-    out[d] = value;
-    // A warp's 32 elements are one quantization block: head_dim_v % 32 == 0
-    // and n_threads % 32 == 0 keep every warp of an iteration whole.
-    if (qo.q != nullptr) {
-      const size_t block = (first + d) / 32;
-      if (qo.with_sum) {
-        quantize_block32<true>(value, tid % 32, block, qo.q, qo.d, qo.s);
-      } else {
-        quantize_block32<false>(value, tid % 32, block, qo.q, qo.d, qo.s);
+    if (d0 == tid) {
+      float row_max = -INFINITY;
+#pragma unroll
+      for (int z = 0; z < kSplits; ++z) {
+        if (z < n_active) row_max = fmaxf(row_max, m[z]);
+      }
+#pragma unroll
+      for (int z = 0; z < kSplits; ++z) {
+        f[z] = 0.0f;
+        if (z < n_active) {
+          f[z] = expf(m[z] - row_max);
+          sum = __fmaf_rn(l[z], f[z], sum);
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int d = d0 + b * n_threads;
+      if (d >= head_dim_v) break;  // whole warps: head_dim_v and n_threads are multiples of 32
+      float a = 0.0f;
+#pragma unroll
+      for (int z = 0; z < kSplits; ++z) {
+        if (z < n_active) a = __fmaf_rn(acc[b][z], f[z], a);
+      }
+      const float value = __fdiv_rn(a, sum);
+      out[d] = value;
+      // A warp's 32 elements are one quantization block: head_dim_v % 32 == 0
+      // and n_threads % 32 == 0 keep every warp of an iteration whole.
+      if (qo.q != nullptr) {
+        const size_t block = (first + d) / 32;
+        if (qo.with_sum) {
+          quantize_block32<true>(value, tid % 32, block, qo.q, qo.d, qo.s);
+        } else {
+          quantize_block32<false>(value, tid % 32, block, qo.q, qo.d, qo.s);
+        }
       }
     }
   }
