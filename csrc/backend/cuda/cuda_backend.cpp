@@ -246,8 +246,12 @@ CudaBackend::Compiled& CudaBackend::compile(const StepGraph& graph) {
     c.arena_floats += align256(d.rows * d.cols * sizeof(float)) / sizeof(float);
   }
   c.rope_freqs.assign(graph.ops.size(), nullptr);
+  c.readers.assign(graph.tensors.size(), 0);
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     const Op& op = graph.ops[i];
+    for (const TensorId src : op.src) {
+      if (src != kNoTensor) ++c.readers[src];
+    }
     if (op.kind == OpKind::MatMul) {
       const DeviceWeight& w = weight_[graph.tensor(op.src[0]).weight];
       const ActivationFormat f = activation_format(w.type);
@@ -422,6 +426,16 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
     return n;
   };
 
+  // Where op i (quantized_by_op(i) not F32) writes its floats: nowhere
+  // (null) when the matmuls right after it, which take its quantized view
+  // from the memo, are all that read it, and it is not a step output (a
+  // llama3-8b prefill's norms and GLUs wrote ~600 MB of floats nobody read).
+  auto floats_read = [&](size_t i) -> float* {
+    const TensorId t = graph.ops[i].dst;
+    const bool read_as_floats = t == graph.logits || t == graph.hidden || c.readers[t] != shares_input(i + 1);
+    return read_as_floats ? act(c, t) : nullptr;
+  };
+
   // Whether the q/k/v matmuls at ops i..i + 2 (one launch) are followed by
   // the rope pair of q and k and the KvStore of k and v that rope_pair_kv
   // would run (ops i + 3..i + 5), in a form matvec_rope_kv runs in the
@@ -524,7 +538,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         if (f != ActivationFormat::F32) {
           made_here.source = op.dst;
           made_here.view = rms_norm_quantized(act(c, op.src[0]), weight_f32(op.src[1]), dst->rows, dst->cols, p.eps,
-                                              act(c, op.dst), f, act_scratch_[static_cast<uint32_t>(f)].get(),
+                                              floats_read(i), f, act_scratch_[static_cast<uint32_t>(f)].get(),
                                               stream_);
           break;
         }
@@ -540,9 +554,10 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
           // norm also quantizes when its matvec reads Q8_0 / Q8_1).
           const Op& norm = graph.ops[i + 1];
           const ActivationFormat f = quantized_by_op(i + 1);
+          float* norm_out = f != ActivationFormat::F32 ? floats_read(i + 1) : act(c, norm.dst);
           const ActivationView view =
               add_rms_norm(act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), weight_f32(norm.src[1]), dst->rows,
-                           dst->cols, norm.p.eps, act(c, norm.dst), f, act_scratch_[static_cast<uint32_t>(f)].get(),
+                           dst->cols, norm.p.eps, norm_out, f, act_scratch_[static_cast<uint32_t>(f)].get(),
                            stream_);
           if (f != ActivationFormat::F32) {
             made_here.source = norm.dst;
@@ -595,7 +610,7 @@ void CudaBackend::enqueue(const StepGraph& graph, const Compiled& c, const std::
         const ActivationFormat f = quantized_by_op(i);
         if (f != ActivationFormat::F32) {
           made_here.source = op.dst;
-          made_here.view = glu_quantized(kind, act(c, op.dst), act(c, op.src[0]), act(c, op.src[1]), dst->rows,
+          made_here.view = glu_quantized(kind, floats_read(i), act(c, op.src[0]), act(c, op.src[1]), dst->rows,
                                          dst->cols, f, act_scratch_[static_cast<uint32_t>(f)].get(), stream_);
           break;
         }

@@ -70,6 +70,7 @@ class CudaBackend final : public Backend {
     size_t glu_counters = 0;             // matvec_glu_quantized counters (widest Glu op)
     size_t glu_bytes = 0;                // matvec_glu_quantized's quantized output (largest Glu op)
     std::vector<const double*> rope_freqs;  // per op (Rope only)
+    std::vector<uint32_t> readers;          // per tensor: the op sources that name it
     std::unique_ptr<StepCapture> capture;  // decode shapes, once captured
   };
 

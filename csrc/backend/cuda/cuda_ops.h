@@ -160,14 +160,16 @@ void rms_norm(const float* x, const float* weight, size_t n, size_t width, float
 // rms_norm that also quantizes its output rows for the matvec that reads
 // them: out as rms_norm writes it, and the Q8_0 / Q8_1 view of out in
 // `scratch` (activation_bytes of room) bit for bit what
-// quantize_activations(format, out, ...) writes. width % 32 == 0.
+// quantize_activations(format, out, ...) writes. width % 32 == 0. out null:
+// the view alone (when nothing reads the floats).
 ActivationView rms_norm_quantized(const float* x, const float* weight, size_t n, size_t width, float eps, float* out,
                                   ActivationFormat format, void* scratch, void* stream);
 
 // The residual add before a norm, in one launch: sum_out (n, width) =
 // a + b (the bits add writes; sum_out may be a), then out = rms_norm of
 // sum_out as rms_norm writes it, and with format Q8_0 / Q8_1 (width % 32 ==
-// 0) its view quantized in `scratch` as rms_norm_quantized does (F32: none).
+// 0) its view quantized in `scratch` as rms_norm_quantized does (F32: none;
+// out may then be null, as for rms_norm_quantized).
 ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, const float* weight, size_t n,
                             size_t width, float eps, float* out, ActivationFormat format, void* scratch,
                             void* stream);
@@ -185,7 +187,8 @@ enum class Glu : int { Silu = 0, GeluTanh = 1 };
 void glu(Glu kind, float* dst, const float* gate, const float* up, size_t count, void* stream);
 
 // glu that also quantizes its output rows (n_rows, width) for the matvec
-// that reads them, as rms_norm_quantized does. width % 32 == 0.
+// that reads them, as rms_norm_quantized does (dst null: the view alone).
+// width % 32 == 0.
 ActivationView glu_quantized(Glu kind, float* dst, const float* gate, const float* up, size_t n_rows, size_t width,
                              ActivationFormat format, void* scratch, void* stream);
 

@@ -106,11 +106,11 @@ __global__ void __launch_bounds__(kNormMaxThreads)
     sum += e * e;
   }
   const float scale = rms_scale<kNormMaxThreads>(sum, width, eps);
-  float* o = out + row * width;
+  float* o = out != nullptr ? out + row * width : nullptr;  // null: the quantized view alone
   const size_t row_block = row * (width / 32);
   auto emit = [&](size_t i, float xi, float wi) {
     const float y = weight != nullptr ? (xi * scale) * wi : xi * scale;
-    o[i] = y;
+    if (o != nullptr) o[i] = y;
     if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(t % 32), row_block + i / 32, q, d, s);
   };
 #pragma unroll
@@ -217,12 +217,12 @@ __global__ void __launch_bounds__(kBlockNormMaxThreads)
     sum += block_sum_of_squares(e);
   }
   const float scale = rms_scale<kBlockNormMaxThreads>(sum, width, eps);
-  float* o = out + row * width;
+  float* o = out != nullptr ? out + row * width : nullptr;  // null: the quantized view alone
   const size_t row_block = row * n_blocks;
   auto emit = [&](size_t b, float (&y)[32], const float (&w)[32]) {
 #pragma unroll
     for (int e = 0; e < 32; ++e) y[e] = weight != nullptr ? (y[e] * scale) * w[e] : y[e] * scale;
-    store_block32(o + 32 * b, y);
+    if (o != nullptr) store_block32(o + 32 * b, y);
     if constexpr (kQuant != 0) quantize_block32_part<kQuant == 2, 1>(y, 0, row_block + b, q, d, s);
   };
   if (t < n_blocks) emit(t, v, wv);
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kVecNormMaxWidth / 4)
   const float scale = rms_scale<kVecNormMaxWidth / 4>(sum, width, eps);
   float y[4] = {v.x * scale, v.y * scale, v.z * scale, v.w * scale};
   if (weight != nullptr) y[0] *= w.x, y[1] *= w.y, y[2] *= w.z, y[3] *= w.w;
-  *reinterpret_cast<float4*>(out + at) = make_float4(y[0], y[1], y[2], y[3]);
+  if (out != nullptr) *reinterpret_cast<float4*>(out + at) = make_float4(y[0], y[1], y[2], y[3]);
   if constexpr (kQuant != 0) quantize_block32_part<kQuant == 2, 8>(y, static_cast<int>(t % 8), at / 32, q, d, s);
 }
 
@@ -338,7 +338,7 @@ __global__ void glu_kernel(int kind, float* dst, const float* gate, const float*
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const float y = glu_value(kind, gate[i], up[i]);
-  dst[i] = y;
+  if (dst != nullptr) dst[i] = y;  // null: the quantized view alone
   if constexpr (kQuant != 0) quantize_block32<kQuant == 2>(y, static_cast<int>(threadIdx.x % 32), i / 32, q, d, s);
 }
 
@@ -496,6 +496,7 @@ ActivationView add_rms_norm(float* sum_out, const float* a, const float* b, cons
       (quantize && width % 32 != 0)) {
     throw InternalError("[cuda add_rms_norm] quantizes to Q8_0 or Q8_1 only, rows of a multiple of 32");
   }
+  if (!quantize && out == nullptr) throw InternalError("[cuda add_rms_norm] without a quantized view needs out");
   ActivationView view = activation_view(format, n, width, scratch);
   if (n == 0) return view;
   int8_t* q = const_cast<int8_t*>(view.q);
