@@ -294,9 +294,13 @@ size_t mma_min_rows() {
 }
 
 // Whether launches whose rows the blocks kernel reads go to it unless the
-// environment says otherwise: not yet, the blocks kernel has not run on a
-// GPU (session 17 got no device machine); its op and engine tests are
-// ready (tests/cuda), and benchmarks/device/cuda_decode_mma_ab.sh its A/B.
+// environment says otherwise: no. It keeps the bits (tests/cuda passed on
+// the H100) but loses: llama3-8b Q4_0 at 4 rows ran 1,152.9 tok/s on the
+// blocks against 1,387.7 on the packed copy (session 18, H100, one call:
+// benchmarks/device/cuda_decode_mma_blocks_check.sh); per layer gate/up
+// took 46.0 against 31.6 us, ffn_down and o 15.6 against 20.7 and 8.0 us,
+// q/k/v 14.4 against 13.0 us (MUSER_CUDA_PDL=0 step profile). Reading 15%
+// fewer bytes did not pay for its copy loop and its 4-way split of gate/up.
 constexpr bool kBlocksByDefault = false;
 // MUSER_CUDA_DECODE_MMA_BLOCKS=0 keeps the packed-copy kernel where the
 // blocks kernel could read the weights, =1 takes the blocks kernel there
