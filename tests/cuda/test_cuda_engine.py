@@ -364,12 +364,13 @@ np.save(sys.argv[2], np.stack(decode_trace(engine, prompts, tokens)))
 @pytest.mark.parametrize("shape", ["tiny-llama", "smollm2-135m", "llama3-8b-2layers"])
 def test_decode_groups_on_the_tensor_cores_keep_the_bits_of_the_dp4a_kernels(shape, tmp_path):
     """MUSER_CUDA_DECODE_MMA=2 or 3 (the default) sends Q4_0 decode groups
-    from 2 or 3 rows to the tensor-core matvec (the q/k/v launch with its
-    RoPE + KV epilogue, or apart under MUSER_CUDA_FUSE=0; or only some
-    launches, MUSER_CUDA_DECODE_MMA_ROPE / _MID=0; on the GGUF blocks where
-    rows hold a multiple of 8, _BLOCKS=1, or on the packed copy only, =0): every
-    logit of every row, decoded alone and in groups of 4 and 2, is bitwise
-    what the dp4a kernels give ("0"). The shapes cover every walk: 2, 18
+    from 2 or 3 rows to the tensor-core matvec: every launch but a q/k/v one
+    with its RoPE + KV epilogue over mid-sized matrices (those too under
+    MUSER_CUDA_DECODE_MMA_ROPE=1, no such launch under =0; q/k/v apart under
+    MUSER_CUDA_FUSE=0), not the mid-sized matrices under _MID=0, on the GGUF
+    blocks where rows hold a multiple of 8 under _BLOCKS=1, or on the packed
+    copy only under =0: every logit of every row, decoded alone and in groups
+    of 4 and 2, is bitwise what the dp4a kernels give ("0"). The shapes cover every walk: 2, 18
     and 48 units a row (tiny, smollm2), 128 and llama3-8b's ffn_down at 448."""
     if shape == "tiny-llama":
         path = write_tiny_model(tmp_path / "llama-q4_0.gguf", context_length=2048, **TINY_MODELS["llama-q4_0"])
@@ -379,6 +380,8 @@ def test_decode_groups_on_the_tensor_cores_keep_the_bits_of_the_dp4a_kernels(sha
         path = write_real_shape(os.path.join(root, f"spread-{shape}-Q4_0.gguf"), shape, "Q4_0")
     settings = {"dp4a": {"MUSER_CUDA_DECODE_MMA": "0"}, "mma-2": {"MUSER_CUDA_DECODE_MMA": "2"},
                 "mma-3": {"MUSER_CUDA_DECODE_MMA": "3"},
+                "mma-3-rope": {"MUSER_CUDA_DECODE_MMA": "3", "MUSER_CUDA_DECODE_MMA_ROPE": "1"},
+                "mma-3-dp4a-rope": {"MUSER_CUDA_DECODE_MMA": "3", "MUSER_CUDA_DECODE_MMA_ROPE": "0"},
                 "mma-2-apart": {"MUSER_CUDA_DECODE_MMA": "2", "MUSER_CUDA_FUSE": "0"},
                 "mma-3-dp4a-rope-and-mid": {"MUSER_CUDA_DECODE_MMA": "3", "MUSER_CUDA_DECODE_MMA_ROPE": "0",
                                             "MUSER_CUDA_DECODE_MMA_MID": "0"},

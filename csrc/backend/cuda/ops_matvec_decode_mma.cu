@@ -282,9 +282,14 @@ constexpr size_t kMidLow = size_t{4} << 20, kMidHigh = size_t{32} << 20;
 
 // MUSER_CUDA_DECODE_MMA: "0" keeps every decode group on the dp4a kernels,
 // "2" / "3" takes the tensor cores from 2 / 3 rows; unset, kDefaultMinRows
-// (read once). MUSER_CUDA_DECODE_MMA_ROPE=0 keeps the q/k/v launch with its
-// RoPE + KV epilogue on the dp4a kernel, MUSER_CUDA_DECODE_MMA_MID=0 the
-// mid-sized matrices (kMidLow, kMidHigh); for A/B runs, the same bits.
+// (read once). A q/k/v launch with its RoPE + KV epilogue over mid-sized
+// matrices (kMidLow, kMidHigh: llama3-8b's) stays on the dp4a kernel unless
+// MUSER_CUDA_DECODE_MMA_ROPE=1, smaller ones take the tensor cores: at 4
+// rows llama3-8b Q4_0 ran 1,425.8 and 1,430.1 tok/s with its q/k/v on dp4a
+// against 1,395.9 on the tensor cores, and smollm2-135m Q4_0 5,508.5 and
+// 5,489.5 against 5,753.0 (session 18, H100, one call). =0 keeps every
+// q/k/v launch on dp4a, MUSER_CUDA_DECODE_MMA_MID=0 every mid-sized
+// matrix; for A/B runs, the same bits.
 size_t mma_min_rows() {
   static const size_t rows = env_is("MUSER_CUDA_DECODE_MMA", "0")   ? 5
                              : env_is("MUSER_CUDA_DECODE_MMA", "2") ? 2
@@ -298,7 +303,7 @@ size_t mma_min_rows() {
 // the H100) but loses: llama3-8b Q4_0 at 4 rows ran 1,152.9 tok/s on the
 // blocks against 1,387.7 on the packed copy (session 18, H100, one call:
 // benchmarks/device/cuda_decode_mma_blocks_check.sh); per layer gate/up
-// took 46.0 against 31.6 us, ffn_down and o 15.6 against 20.7 and 8.0 us,
+// took 46.0 against 31.6 us, o and ffn_down together 31.3 against 28.8 us,
 // q/k/v 14.4 against 13.0 us (MUSER_CUDA_PDL=0 step profile). Reading 15%
 // fewer bytes did not pay for its copy loop and its 4-way split of gate/up.
 constexpr bool kBlocksByDefault = false;
@@ -390,9 +395,13 @@ bool matvec_rope_kv_mma(DType type, const MatvecTarget* qkv, const ActivationVie
 
 bool decode_takes_mma(DType type, size_t n_rows, size_t weights, bool rope) {
   static const bool mid = !env_is("MUSER_CUDA_DECODE_MMA_MID", "0");
-  static const bool with_rope = !env_is("MUSER_CUDA_DECODE_MMA_ROPE", "0");
-  if (type != DType::Q4_0 || n_rows < mma_min_rows() || n_rows > 4 || (rope && !with_rope)) return false;
-  return mid || weights <= kMidLow || weights >= kMidHigh;
+  static const int rope_mma = env_is("MUSER_CUDA_DECODE_MMA_ROPE", "1")   ? 1
+                              : env_is("MUSER_CUDA_DECODE_MMA_ROPE", "0") ? 0
+                                                                          : -1;  // unset: small ones
+  if (type != DType::Q4_0 || n_rows < mma_min_rows() || n_rows > 4) return false;
+  const bool mid_sized = weights > kMidLow && weights < kMidHigh;
+  if (rope && (rope_mma == 0 || (rope_mma < 0 && mid_sized))) return false;
+  return mid || !mid_sized;
 }
 
 }  // namespace muser::cuda
