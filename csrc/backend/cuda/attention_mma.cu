@@ -398,8 +398,8 @@ __global__ void __launch_bounds__(kThreads)
     const int i = k / group, h = kvh * group + k % group;
     const size_t local = static_cast<size_t>(local0) + i, r = row0 + local;
     const size_t first_elem = (r * n_head + h) * HD;
-    combine_partials<HD / 32>(min(kSplits, rows_s[i].n_chunks), HD, (local * n_head + h) * kSplits, part_ms, part_acc,
-                     out + first_elem, first_elem, qo, lane, 32);
+    combine_partials<HD / 32>(min(kSplits, rows_s[i].n_chunks), HD, (local * n_head + h) * kSplits, part_ms,
+                              part_acc, out + first_elem, first_elem, qo, lane, 32);
   }
 }
 

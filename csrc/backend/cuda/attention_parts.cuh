@@ -110,8 +110,8 @@ __device__ __forceinline__ bool last_block_in(unsigned* counter, int n_active) {
 // maxima and sums with the first) loaded before any arithmetic: one L2
 // round trip a batch instead of one per split maximum, one for the sums and
 // one per element (the tensor-core kernel passes head_dim_v / 32, so its
-// warps wait once per (row, head); the decode combine was ~25% of the
-// prefill attention's stall samples, session 18's Nsight source counters).
+// warps wait once per (row, head); the combine was ~25% of the prefill
+// attention's stall samples in session 18's Nsight source counters).
 template <int kBatch>
 __device__ inline void combine_partials(int n_active, int head_dim_v, size_t base, const float* part_ms,
                                         const float* part_acc, float* out, size_t first, const QuantizedOut& qo,

@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!last_block_in(done + local * n_head + h, n_active)) return;
   const size_t first_elem = (r * n_head + h) * head_dim_v;
   combine_partials<1>(n_active, head_dim_v, (local * n_head + h) * kSplits, part_ms, part_acc, out + first_elem,
-                   first_elem, qo, threadIdx.x, kThreads);
+                      first_elem, qo, threadIdx.x, kThreads);
 }
 
 // ---------------------------------------------------------------------------
@@ -666,7 +666,7 @@ __global__ void __launch_bounds__(32 * kSharedMaxWarps, 1)
     const size_t local = static_cast<size_t>(local0 + fr), rr = row0 + local;
     const size_t first_elem = (rr * n_head + h) * head_dim_v;
     combine_partials<1>(min(kSplits, rows_s[fr].n_chunks), head_dim_v, (local * n_head + h) * kSplits, part_ms,
-                     part_acc, out + first_elem, first_elem, qo, lane, 32);
+                        part_acc, out + first_elem, first_elem, qo, lane, 32);
   }
 }
 
