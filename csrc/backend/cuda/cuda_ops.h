@@ -126,8 +126,9 @@ void matvec_decode(DType type, const MatvecTarget* targets, size_t count, const 
                    const DecodeConfig& config, void* stream);
 // Which weights the tensor-core decode matvec reads: kAny as the engine
 // does (the GGUF blocks where their kernel can, ops_matvec_decode_mma_blocks.cu:
-// rows of a multiple of 8 blocks, if MUSER_CUDA_DECODE_MMA_BLOCKS allows,
-// which by default it does not yet; else the packed GEMM copy,
+// rows of a multiple of 8 blocks, if MUSER_CUDA_DECODE_MMA_BLOCKS=1 asks:
+// by default it does not, the blocks kernel measured slower; else the
+// packed GEMM copy,
 // ops_matvec_decode_mma.cu), or only the one named.
 enum class MmaWeights { kAny, kBlocks, kPacked };
 // The decode matvec on the tensor cores: Q4_0 weights, Q8_0 activations,
