@@ -22,10 +22,12 @@ constexpr int kStageUnits = 8;  // units per shared-memory stage
 // upload by gemm_pack_weights; read by the packed GEMM and by the decode
 // matvec on the tensor cores, ops_matvec_decode_mma.cu):
 //   q   [64 outputs][4 words t][8 slots]  word t of the block's 16 nibble
-//       bytes (low nibbles: elements 4t..4t+3, high: 16+4t..), which is
-//       what lane t of the MMA's B fragment holds (b0 low, b1 high)
+//       bytes (low nibbles: elements 4t..4t+3, high: 16+4t..), each nibble
+//       q as q ^ 8, which is what lane t of the MMA's B fragment holds (b0
+//       low, b1 high; q4_0_low_bytes, q4_0_high_bytes)
 //   d   [8 n8 tiles][4 slot pairs][4 t]{d, d', d_next, d_next'}  the fp16
-//       scales widened, of outputs 2 t and 2 t + 1 of the tile
+//       scales widened and divided by 16 (q4_0_scale's c), of outputs 2 t
+//       and 2 t + 1 of the tile
 // A 64-output tile's stages follow each other: tile i's chunk of stage s
 // starts at (i * n_stages + s) * kWChunk.
 constexpr int kWQBytes = kTileOut * kStageUnits * 16;
@@ -62,6 +64,31 @@ __device__ __forceinline__ void store_warp_outputs(const float (&acc)[kOutputs],
 // (-2^22, 2^22) to these bits gives the float 1.5 * 2^23 + int exactly.
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
+
+// A packed Q4_0 word (4 bytes of nibble pairs, each nibble q kept as q ^ 8)
+// as the two MMA operand words of 16 (q - 8) per byte: the low nibbles
+// moved up, the high ones masked in place (see ops_gemm_mma_packed.cu).
+__device__ __forceinline__ int q4_0_low_bytes(unsigned w) { return static_cast<int>((w << 4) & 0xf0f0f0f0u); }
+__device__ __forceinline__ int q4_0_high_bytes(unsigned w) { return static_cast<int>(w & 0xf0f0f0f0u); }
+
+// Q4_0's term, TypeQ4_0::add_scaled, from an MMA over those bytes started at
+// kMagicBits: its bits as a float are kMagic + 16 S exactly (S the block
+// sum). With c = wd / 16 (what the packed copy keeps) and c_magic = -kMagic c,
+// both exact (wd is a widened fp16, 11 significant bits; kMagic = 3 * 2^22),
+// fmaf(bits, c, c_magic) is the exact S wd rounded once: add_scaled's
+// __fmul_rn(S, wd), bitwise, except that an exact zero comes out +0.0f where
+// the product may give -0.0f, and both add alike to the accumulator (never
+// -0.0f: it starts at +0.0f and fmaf's exact zeros are +0.0f). So a term is
+// two instructions, not the three of converting S first.
+struct Q4_0Scale {
+  float c, c_magic;
+};
+__device__ __forceinline__ Q4_0Scale q4_0_scale(float wd_over_16) {
+  return {wd_over_16, __fmul_rn(wd_over_16, -kMagic)};
+}
+__device__ __forceinline__ float q4_0_magic_term(float acc, int bits, Q4_0Scale w, float ad) {
+  return __fmaf_rn(__fmaf_rn(__int_as_float(bits), w.c, w.c_magic), ad, acc);
+}
 
 // A unit row (32 int8) is two 16-byte halves; row r keeps half h at
 // position h ^ ((r / 4) % 2), so the 8 rows one ldmatrix phase reads hit

@@ -4,10 +4,10 @@
 // global memory. On the H200 (2026-12-02) q 4096x4096 at 512 rows took 111
 // us (v1 194), llama3-8b's 32 layers of matrices 45.4 ms (v1 82.5), pp512
 // 8,123 tok/s (v1 5,141), bitwise the matvec in every test. ops_gemm_mma.cu says
-// why the walk is bitwise the matvec's; the walk, the float expression
-// (T::add_scaled after the magic-number convert) and the tree pushes here are
-// v1's (ops_gemm_mma_v1.cu), only the data movement and the weights' decode
-// differ.
+// why the walk is bitwise the matvec's; the walk and the tree pushes here are
+// v1's (ops_gemm_mma_v1.cu), and each term is T::add_scaled's bits, v1's
+// (from one fma fewer: q4_0_magic_term); the data movement and the weights'
+// decode differ.
 //
 // Why: v1, v3 and the TMA-less versions before all ran ~3 us per 8-unit
 // stage whatever their warps and pipelining. In v1's stage a block moves its
@@ -27,22 +27,24 @@
 // and no decode pass: a weight fragment is one or two logic operations on a
 // nibble word.
 //
-// The -8 of Q4_0: a nibble q moved to the high half of a byte (16 q) with
-// the byte's top bit flipped is the signed byte 16 q - 128 = 16 (q - 8). So
-// the MMA (.s8 x .s8, accumulator start kMagicBits in every register) gives
+// The -8 of Q4_0: the packed copy keeps each nibble q as q ^ 8, which is q
+// - 8 in 4-bit two's complement, so that nibble in the high half of a byte
+// (low half zero) is the signed byte 16 (q - 8): one mask for the high
+// nibbles, a shift and a mask for the low ones (q4_0_low_bytes). So the MMA (.s8 x .s8, accumulator start kMagicBits in every register) gives
 // kMagicBits + 16 S with S = sum((q - 8) a), v1's int32, times 16, exactly
-// (|16 S| <= 16 * 32 * 8 * 127 < 2^22, the magic convert's range). Then
-// fmaf(bits as float, 1/16, -kMagic/16) is S as a float, exactly (the
-// product is a power-of-two scaling, exact, and the exact result S is
-// representable), one instruction as v1's subtraction is. (Session 11's
+// (|16 S| <= 16 * 32 * 8 * 127 < 2^22, the magic convert's range). The
+// packed scales are wd / 16, so one fma of those bits is S wd rounded once
+// and a second adds the term (q4_0_magic_term, gemm_mma_parts.cuh, says why
+// that is add_scaled's rounding): two float instructions a term, where
+// converting S first took three (2026-12-07). (Session 11's
 // version multiplied the plain nibbles (.u8) from a start of kMagicBits -
 // 8 sum(a), packed per (row, unit) with the activations: the same S for two
 // more 16-byte shared loads per slot and warp.)
 //
 // Units past n_units are packed as zero quants and zero scales on both
-// sides: S = 0, and the term fmaf(0, wd * ad, acc) adds a signed zero to an
-// accumulator that is never -0.0f (see v1's compute_slot), which leaves it
-// as it is, as the matvec's +0.0f steps do. Rows and outputs past the
+// sides: S = 0, and the term adds a zero to an accumulator that is never
+// -0.0f (see v1's compute_slot), which leaves it as it is, as the matvec's
+// +0.0f steps do. Rows and outputs past the
 // matrix are computed and never stored.
 #include <cstdint>
 #include <utility>
@@ -159,7 +161,6 @@ template <int kP, int kHalves>
 __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
     gemm_packed_kernel(DecodeTargets targets, const uint8_t* __restrict__ x_pack, int stages_per_class,
                        size_t n_rows) {
-  using T = TypeQ4_0;
   using Shape = BlockShape<kHalves>;
   constexpr int kThreads = Shape::kThreads, kBufs = Shape::kBufs, kBufBytes = Shape::kBufBytes;
   // This block's target (its packed weights as w) and output tile within it.
@@ -171,8 +172,12 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
   dependent_launch_begin();  // before the first read of the packed activations (dependent_launch.cuh)
   extern __shared__ int4 smem_packed[];
   const unsigned smem0 = smem_addr(smem_packed);
-  // 16-byte loads at a byte offset into shared memory (plain loads: ordered by the barriers).
-  auto lds128 = [&](unsigned offset) { return smem_packed[offset / 16]; };
+  // 16-byte loads at a byte offset into shared memory (plain loads: ordered
+  // by the barriers). Offsets are multiples of 16 by construction; a byte
+  // pointer keeps the compiler from masking each one to that.
+  auto lds128 = [&](unsigned offset) {
+    return *reinterpret_cast<const int4*>(reinterpret_cast<const uint8_t*>(smem_packed) + offset);
+  };
   const Walk<kP> walk{stages_per_class};
   const int n_stages = walk.n_stages();
 
@@ -266,11 +271,11 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
   stack.high = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(smem_packed) + kBufs * kBufBytes) + tid;
 
   // One slot: the unit's 4 MMAs and the float terms of the 16 outputs (v1's
-  // expression and order), then a class push known at compile time. wq4[ni]
-  // holds the weight words of slots 4 (kSlot / 4) .. + 3; ad4 and wd4 the
-  // scales of slots kSlot & ~1 and kSlot | 1.
+  // bits and order), then a class push known at compile time. wq4[ni] holds
+  // the weight words of slots 4 (kSlot / 4) .. + 3; ad4 and ws the scales of
+  // slots kSlot & ~1 and kSlot | 1 (ws[ni]: {d, d', d_next, d_next'}).
   auto compute_slot = [&]<int kSlot>(unsigned buf_off, const int4 (&wq4)[2], const float4 (&ad4)[2],
-                                     const float4 (&wd4)[2]) {
+                                     const Q4_0Scale (&ws)[2][4]) {
     constexpr int kWord = kSlot % 4;
     constexpr bool kOdd = kSlot % 2 == 1;
     int a[2][4];
@@ -288,20 +293,16 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
                                                : kWord == 1 ? wq4[ni].y
                                                : kWord == 2 ? wq4[ni].z
                                                             : wq4[ni].w);
-      // 16 (q - 8) per byte (see the top): the low nibbles moved up, the high ones in place.
-      const int b0 = static_cast<int>(((w << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
-      const int b1 = static_cast<int>((w & 0xf0f0f0f0u) ^ 0x80808080u);
-      const float wd0 = kOdd ? wd4[ni].z : wd4[ni].x;
-      const float wd1 = kOdd ? wd4[ni].w : wd4[ni].y;
+      const int b0 = q4_0_low_bytes(w), b1 = q4_0_high_bytes(w);
+      const Q4_0Scale w0 = ws[ni][kOdd ? 2 : 0], w1 = ws[ni][kOdd ? 3 : 1];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         int d[4];
         mma_s8(d, a[mi], b0, b1, kMagicBits);
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          const float sumf = __fmaf_rn(__int_as_float(d[c]), 0.0625f, -kMagic / 16.0f);
           const int o = (mi * 2 + ni) * 4 + c;
-          acc[o] = T::add_scaled(acc[o], sumf, (c & 1) ? wd1 : wd0, 0.0f, ad[mi][c >> 1], 0.0f);
+          acc[o] = q4_0_magic_term(acc[o], d[c], (c & 1) ? w1 : w0, ad[mi][c >> 1]);
         }
       }
     }
@@ -317,14 +318,19 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
     return make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z), __int_as_float(v.w));
   };
   auto compute_pair = [&]<int kPair>(unsigned buf_off, const int4 (&wq4)[2]) {
-    float4 ad4[2], wd4[2];
+    float4 ad4[2];
+    Q4_0Scale ws[2][4];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       ad4[i] = as_float4(lds128(buf_off + ad_off + 512 * i + 128 * kPair));
-      wd4[i] = as_float4(lds128(buf_off + wd_off + 256 * i + 64 * kPair));
+      const float4 wd4 = as_float4(lds128(buf_off + wd_off + 256 * i + 64 * kPair));
+      ws[i][0] = q4_0_scale(wd4.x);
+      ws[i][1] = q4_0_scale(wd4.y);
+      ws[i][2] = q4_0_scale(wd4.z);
+      ws[i][3] = q4_0_scale(wd4.w);
     }
-    compute_slot.template operator()<2 * kPair>(buf_off, wq4, ad4, wd4);
-    compute_slot.template operator()<2 * kPair + 1>(buf_off, wq4, ad4, wd4);
+    compute_slot.template operator()<2 * kPair>(buf_off, wq4, ad4, ws);
+    compute_slot.template operator()<2 * kPair + 1>(buf_off, wq4, ad4, ws);
   };
   // A stage: slots 0..3 with the first weight words, 4..7 with the second.
   auto compute_stage = [&](unsigned buf_off) {
@@ -414,9 +420,9 @@ __global__ void pack_weights_kernel(const uint8_t* __restrict__ w, size_t n_out,
   float scale = 0.0f;
   if (n < n_out && u < n_units) {
     const uint8_t* block = w + (n * n_units + u) * T::kBlockBytes;
-    scale = f16_bits_to_f32(load_u16(block));
+    scale = f16_bits_to_f32(load_u16(block)) * 0.0625f;  // q4_0_scale's c: exact
 #pragma unroll
-    for (int wt = 0; wt < 4; ++wt) words[wt] = load_u32_a2(block + 2 + 4 * wt);
+    for (int wt = 0; wt < 4; ++wt) words[wt] = load_u32_a2(block + 2 + 4 * wt) ^ 0x88888888u;  // q ^ 8: see the top
   }
   uint8_t* c = pack + chunk * kWChunk;
   uint32_t* q = reinterpret_cast<uint32_t*>(c) + col * 32 + slot;

@@ -22,8 +22,9 @@
 // GEMM's): the packed copy lists each 64-output tile's units in the GEMM's
 // walk (gemm_mma_parts.cuh, Walk), class by class (a class is matvec lane l
 // = bitrev5(class): units l, l + 32, ... in increasing order), and the term
-// is the GEMM's (exact int32 block sum from the magic-number start, then
-// T::add_scaled, zero terms for the padding units). Each class's sum is
+// is the GEMM's (the exact int32 block sum from the magic-number start,
+// then q4_0_magic_term: T::add_scaled's bits; zero terms for the padding
+// units). Each class's sum is
 // pushed as a leaf onto a balanced tree of the 32 classes, which adds what
 // warp_sum's butterfly adds. The tree may be cut into kSplit subtrees of
 // 32 / kSplit consecutive leaves (whole stages), each walked by its own
@@ -58,7 +59,6 @@
 namespace muser::cuda {
 namespace {
 
-using gemm::kMagic;
 using gemm::kMagicBits;
 using gemm::kStageUnits;
 using gemm::kWChunk;
@@ -111,7 +111,6 @@ template <int kP, int kRows, int kSplit, int kEpilogue>
 __global__ void __launch_bounds__(kWarps * 32)
     matvec_mma_kernel(DecodeTargets targets, int stages_per_class, int n_units, ActivationView x,
                       DecodeEpilogue epilogue) {
-  using T = TypeQ4_0;
   constexpr int kTilesPerBlock = kWarps / kSplit;
   // log2 of a subtree's classes: the level its last leaf's push ends at.
   constexpr int kTopLevel = 5 - (kSplit == 1 ? 0 : kSplit == 2 ? 1 : kSplit == 4 ? 2 : 3);
@@ -206,19 +205,20 @@ __global__ void __launch_bounds__(kWarps * 32)
     const unsigned wg8 = slot_word<kSlot>(wq[1][kSlot / 4]);
     // 16 (q - 8) per byte, as the packed GEMM's B (ops_gemm_mma_packed.cu).
     int a[4];
-    a[0] = static_cast<int>(((wg << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
-    a[1] = static_cast<int>(((wg8 << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
-    a[2] = static_cast<int>((wg & 0xf0f0f0f0u) ^ 0x80808080u);
-    a[3] = static_cast<int>((wg8 & 0xf0f0f0f0u) ^ 0x80808080u);
+    a[0] = gemm::q4_0_low_bytes(wg);
+    a[1] = gemm::q4_0_low_bytes(wg8);
+    a[2] = gemm::q4_0_high_bytes(wg);
+    a[3] = gemm::q4_0_high_bytes(wg8);
     const int2 b = *reinterpret_cast<const int2*>(act + kSlot * kGroupRows * 32 + b_off);
     const float2 ad = *reinterpret_cast<const float2*>(act + kActStageQBytes + (kSlot * kGroupRows + r0) * 4);
     int d[4];
     gemm::mma_s8(d, a, b.x, b.y, kMagicBits);
     const float4& dq = dq4[kSlot / 2];
-    const float wd = kSlot % 2 == 0 ? (g % 2 == 0 ? dq.x : dq.y) : (g % 2 == 0 ? dq.z : dq.w);
+    const gemm::Q4_0Scale ws =
+        gemm::q4_0_scale(kSlot % 2 == 0 ? (g % 2 == 0 ? dq.x : dq.y) : (g % 2 == 0 ? dq.z : dq.w));
     const int s0 = upper ? d[2] : d[0], s1 = upper ? d[3] : d[1];
-    acc[0] = T::add_scaled(acc[0], __fmaf_rn(__int_as_float(s0), 0.0625f, -kMagic / 16.0f), wd, 0.0f, ad.x, 0.0f);
-    acc[1] = T::add_scaled(acc[1], __fmaf_rn(__int_as_float(s1), 0.0625f, -kMagic / 16.0f), wd, 0.0f, ad.y, 0.0f);
+    acc[0] = gemm::q4_0_magic_term(acc[0], s0, ws, ad.x);
+    acc[1] = gemm::q4_0_magic_term(acc[1], s1, ws, ad.y);
     if constexpr (kP < 8) {
       constexpr int kClass = kSlot / kP;
       if constexpr (kSlot % kP == kP - 1 && kClass < Walk<kP>::kClassesPerStage - 1) {

@@ -90,10 +90,13 @@ struct TypeQ4_0 {
     const int sumi = dot16(w.q, lo) + dot16(w.q + 4, hi);
     return add_scaled(acc, static_cast<float>(sumi), w.d, 0.0f, a.d[u], 0.0f);
   }
-  // The term is one product, so the add fuses into it: one rounding and
-  // one instruction fewer per term than acc + sumf * (wd * ad).
+  // The block sum times the weight scale first (exact sumf: one rounding),
+  // then the activation scale fused into the add. The order is the packed
+  // GEMM's: from its MMA's magic-number start, sumf * wd rounded once is a
+  // single fma (gemm_mma_parts.cuh, q4_0_magic_term), so a term there costs
+  // two instructions where sumf * (wd * ad) would cost three.
   __device__ __forceinline__ static float add_scaled(float acc, float sumf, float wd, float, float ad, float) {
-    return __fmaf_rn(sumf, wd * ad, acc);
+    return __fmaf_rn(__fmul_rn(sumf, wd), ad, acc);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * u;
