@@ -27,10 +27,11 @@
 // and no decode pass: a weight fragment is one or two logic operations on a
 // nibble word.
 //
-// The -8 of Q4_0: the packed copy keeps each nibble q as q ^ 8, which is q
-// - 8 in 4-bit two's complement, so that nibble in the high half of a byte
-// (low half zero) is the signed byte 16 (q - 8): one mask for the high
-// nibbles, a shift and a mask for the low ones (q4_0_low_bytes). So the MMA (.s8 x .s8, accumulator start kMagicBits in every register) gives
+// The -8 of Q4_0: the packed copy keeps each nibble q as q ^ 8, which is
+// q - 8 in 4-bit two's complement, so that nibble in the high half of a
+// byte (low half zero) is the signed byte 16 (q - 8): one mask for the high
+// nibbles, a shift and a mask for the low ones (q4_0_low_bytes). So the MMA
+// (.s8 x .s8, accumulator start kMagicBits in every register) gives
 // kMagicBits + 16 S with S = sum((q - 8) a), v1's int32, times 16, exactly
 // (|16 S| <= 16 * 32 * 8 * 127 < 2^22, the magic convert's range). The
 // packed scales are wd / 16, so one fma of those bits is S wd rounded once
@@ -44,8 +45,8 @@
 // Units past n_units are packed as zero quants and zero scales on both
 // sides: S = 0, and the term adds a zero to an accumulator that is never
 // -0.0f (see v1's compute_slot), which leaves it as it is, as the matvec's
-// +0.0f steps do. Rows and outputs past the
-// matrix are computed and never stored.
+// +0.0f steps do. Rows and outputs past the matrix are computed and never
+// stored.
 #include <cstdint>
 #include <utility>
 

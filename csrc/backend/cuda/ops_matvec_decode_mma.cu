@@ -24,13 +24,12 @@
 // = bitrev5(class): units l, l + 32, ... in increasing order), and the term
 // is the GEMM's (the exact int32 block sum from the magic-number start,
 // then q4_0_magic_term: T::add_scaled's bits; zero terms for the padding
-// units). Each class's sum is
-// pushed as a leaf onto a balanced tree of the 32 classes, which adds what
-// warp_sum's butterfly adds. The tree may be cut into kSplit subtrees of
-// 32 / kSplit consecutive leaves (whole stages), each walked by its own
-// warp of the block; the block then joins the subtrees' totals at the
-// tree's own nodes. So a row's bits do not depend on the split, the group
-// or the block.
+// units). Each class's sum is pushed as a leaf onto a balanced tree of the
+// 32 classes, which adds what warp_sum's butterfly adds. The tree may be
+// cut into kSplit subtrees of 32 / kSplit consecutive leaves (whole
+// stages), each walked by its own warp of the block; the block then joins
+// the subtrees' totals at the tree's own nodes. So a row's bits do not
+// depend on the split, the group or the block.
 //
 // Operands: A (16 x 32, the MMA's rows) is 16 outputs' weights, unit by
 // unit: lane (g, t) holds word t of outputs g and g + 8 (packed: 16 bytes
