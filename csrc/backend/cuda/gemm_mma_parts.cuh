@@ -65,9 +65,11 @@ __device__ __forceinline__ void store_warp_outputs(const float (&acc)[kOutputs],
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
 
-// A packed Q4_0 word (4 bytes of nibble pairs, each nibble q kept as q ^ 8)
-// as the two MMA operand words of 16 (q - 8) per byte: the low nibbles
-// moved up, the high ones masked in place (see ops_gemm_mma_packed.cu).
+// A packed Q4_0 word (4 bytes of nibble pairs, each nibble q kept as q ^ 8:
+// q4_0_packed_word of the GGUF block's word) as the two MMA operand words
+// of 16 (q - 8) per byte: the low nibbles moved up, the high ones masked in
+// place (see ops_gemm_mma_packed.cu).
+__device__ __forceinline__ unsigned q4_0_packed_word(unsigned block_word) { return block_word ^ 0x88888888u; }
 __device__ __forceinline__ int q4_0_low_bytes(unsigned w) { return static_cast<int>((w << 4) & 0xf0f0f0f0u); }
 __device__ __forceinline__ int q4_0_high_bytes(unsigned w) { return static_cast<int>(w & 0xf0f0f0f0u); }
 
@@ -83,6 +85,9 @@ __device__ __forceinline__ int q4_0_high_bytes(unsigned w) { return static_cast<
 struct Q4_0Scale {
   float c, c_magic;
 };
+// The scale the packed copy keeps for a block's widened fp16 scale wd: wd / 16
+// (exact), q4_0_scale's c.
+__device__ __forceinline__ float q4_0_packed_scale(float wd) { return __fmul_rn(wd, 0.0625f); }
 __device__ __forceinline__ Q4_0Scale q4_0_scale(float wd_over_16) {
   return {wd_over_16, __fmul_rn(wd_over_16, -kMagic)};
 }

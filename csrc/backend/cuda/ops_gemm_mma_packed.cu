@@ -421,9 +421,9 @@ __global__ void pack_weights_kernel(const uint8_t* __restrict__ w, size_t n_out,
   float scale = 0.0f;
   if (n < n_out && u < n_units) {
     const uint8_t* block = w + (n * n_units + u) * T::kBlockBytes;
-    scale = f16_bits_to_f32(load_u16(block)) * 0.0625f;  // q4_0_scale's c: exact
+    scale = q4_0_packed_scale(f16_bits_to_f32(load_u16(block)));
 #pragma unroll
-    for (int wt = 0; wt < 4; ++wt) words[wt] = load_u32_a2(block + 2 + 4 * wt) ^ 0x88888888u;  // q ^ 8: see the top
+    for (int wt = 0; wt < 4; ++wt) words[wt] = q4_0_packed_word(load_u32_a2(block + 2 + 4 * wt));
   }
   uint8_t* c = pack + chunk * kWChunk;
   uint32_t* q = reinterpret_cast<uint32_t*>(c) + col * 32 + slot;

@@ -16,7 +16,7 @@
 // lane l = bitrev5(class), units l, l + 32, ... in increasing order), so
 // walking the units in memory order adds each class's terms in its own
 // order; the term is the packed kernel's (the MMA's exact int32 block sum
-// from the magic-number start, then T::add_scaled), and at the end the
+// from the magic-number start, then q4_0_magic_term), and at the end the
 // classes fold in the balanced tree the packed walk pushes its leaves onto
 // (which adds what warp_sum's butterfly adds). Units past the row are not
 // walked: the packed walk adds +0.0f for them, which leaves every sum as it
@@ -53,7 +53,6 @@
 namespace muser::cuda::mma_decode {
 namespace {
 
-using gemm::kMagic;
 using gemm::kMagicBits;
 
 constexpr int kQ4Bytes = 18;  // a Q4_0 block: the f16 scale, 16 bytes of nibbles
@@ -108,7 +107,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     matvec_mma_blocks_kernel(DecodeTargets targets, int n_units, ActivationView x, DecodeEpilogue epilogue) {
   static_assert(kSplit == 4 || kSplit == 8, "stages of whole multiples of 32 units; registers for 8 or 4 classes");
   using S = Stage<kSplit>;
-  using T = TypeQ4_0;
   constexpr int kClasses = 32 / kSplit;
   extern __shared__ int4 smem_blocks[];
   const unsigned base = smem_addr(smem_blocks);
@@ -200,13 +198,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const unsigned word = at + 2 + 4 * t, aligned = word & ~3u, shift = (word & 2u) * 8;
     const unsigned wg = __funnelshift_r(lds32(stage + run_lo + aligned), lds32(stage + run_lo + aligned + 4), shift);
     const unsigned wg8 = __funnelshift_r(lds32(stage + run_hi + aligned), lds32(stage + run_hi + aligned + 4), shift);
+    // The packed copy's scale and nibbles from the block's, so that the
+    // operands and the term are the packed kernels'.
     const float wd = f16_bits_to_f32(lds16(stage + (upper ? run_hi : run_lo) + at));
-    // 16 (q - 8) per byte, as the packed kernels' operands.
+    const gemm::Q4_0Scale ws = gemm::q4_0_scale(gemm::q4_0_packed_scale(wd));
+    const unsigned pw = gemm::q4_0_packed_word(wg), pw8 = gemm::q4_0_packed_word(wg8);
     int a[4];
-    a[0] = static_cast<int>(((wg << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
-    a[1] = static_cast<int>(((wg8 << 4) & 0xf0f0f0f0u) ^ 0x80808080u);
-    a[2] = static_cast<int>((wg & 0xf0f0f0f0u) ^ 0x80808080u);
-    a[3] = static_cast<int>((wg8 & 0xf0f0f0f0u) ^ 0x80808080u);
+    a[0] = gemm::q4_0_low_bytes(pw);
+    a[1] = gemm::q4_0_low_bytes(pw8);
+    a[2] = gemm::q4_0_high_bytes(pw);
+    a[3] = gemm::q4_0_high_bytes(pw8);
     const unsigned b_at = stage + act_b + static_cast<unsigned>(su * 32);
     const int b0 = static_cast<int>(lds32(b_at)), b1 = static_cast<int>(lds32(b_at + 16));
     const unsigned d_at = stage + act_d + static_cast<unsigned>(su * 4);
@@ -215,8 +216,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     gemm::mma_s8(d, a, b0, b1, kMagicBits);
     const int s0 = upper ? d[2] : d[0], s1 = upper ? d[3] : d[1];
     constexpr int c = slot_class<kSplit>(kSlot);
-    acc[c][0] = T::add_scaled(acc[c][0], __fmaf_rn(__int_as_float(s0), 0.0625f, -kMagic / 16.0f), wd, 0.0f, ad0, 0.0f);
-    acc[c][1] = T::add_scaled(acc[c][1], __fmaf_rn(__int_as_float(s1), 0.0625f, -kMagic / 16.0f), wd, 0.0f, ad1, 0.0f);
+    acc[c][0] = gemm::q4_0_magic_term(acc[c][0], s0, ws, ad0);
+    acc[c][1] = gemm::q4_0_magic_term(acc[c][1], s1, ws, ad1);
   };
   // At stage s its copies have landed (stage 0: every group of the
   // prologue; later: all but the kRing - 2 newest), the barrier makes every
