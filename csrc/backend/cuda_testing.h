@@ -146,12 +146,14 @@ double attention_time_us(const AttentionCase& c, int reps);
 // rows sent as consecutive groups of group_rows (1..4) rows, one matvec call
 // (a decode group) each. gemm_mma: the product through the tensor-core GEMM
 // itself at any row count (types and matrices it refuses throw
-// InvalidArgument). matvec_time_us: mean microseconds of matvec's one call
+// InvalidArgument), on the packed copy where gemm_packs(type) and `packed`,
+// else on the blocks (the first version). matvec_time_us: mean microseconds of matvec's one call
 // (group_rows 0) or of the groups, over `reps` back-to-back runs on one
 // stream with the activations already quantized.
 std::vector<float> matvec_groups(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
                                  size_t group_rows);
-std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows);
+std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                            bool packed);
 double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
                       size_t group_rows, int reps);
 

@@ -75,7 +75,9 @@ void DeviceMemoryHold::release() noexcept {}
 std::vector<float> matvec_groups(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t) {
   unavailable("matvec_groups");
 }
-std::vector<float> gemm_mma(DType, const uint8_t*, size_t, size_t, const float*, size_t) { unavailable("gemm_mma"); }
+std::vector<float> gemm_mma(DType, const uint8_t*, size_t, size_t, const float*, size_t, bool) {
+  unavailable("gemm_mma");
+}
 double matvec_time_us(DType, const uint8_t*, size_t, size_t, const float*, size_t, size_t, int) {
   unavailable("matvec_time_us");
 }

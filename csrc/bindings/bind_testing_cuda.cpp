@@ -477,20 +477,22 @@ void bind_testing_cuda(nb::module_& m) {
       "(a decode group) each.");
   m.def(
       "cuda_gemm_mma",
-      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x) {
+      [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, bool packed) {
         const DType type = dtype_of(type_id);
         const size_t n_rows = x.shape(0), k = x.shape(1);
         check_weight_bytes(type, k, n_out, w.shape(0));
         std::vector<float> y;
         {
           nb::gil_scoped_release release;
-          y = cuda_testing::gemm_mma(type, w.data(), n_out, k, x.data(), n_rows);
+          y = cuda_testing::gemm_mma(type, w.data(), n_out, k, x.data(), n_rows, packed);
         }
         return to_numpy(std::move(y), {n_rows, n_out});
       },
-      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"),
+      nb::arg("type_id"), nb::arg("w"), nb::arg("n_out"), nb::arg("x"), nb::arg("packed") = true,
       "cuda_matvec through the int8 tensor-core GEMM itself, at any row count (Q4_0, Q4_1, Q5_0, Q5_1, "
-      "Q8_0, Q4_K; other types, and matrices not starting and ending 4-byte aligned, raise ValueError).");
+      "Q8_0, Q4_K; other types, and matrices not starting and ending 4-byte aligned, raise ValueError): "
+      "on the packed copy where the type has one (cuda_gemm_packs), with packed=False on the GGUF "
+      "blocks (the first version).");
   m.def(
       "cuda_matvec_time_us",
       [](uint32_t type_id, const Bytes1D& w, size_t n_out, const Floats2D& x, size_t group_rows, int reps) {

@@ -129,20 +129,23 @@ def test_matrices_sharing_an_input_in_one_launch_give_each_output_its_own_bits(q
             assert np.array_equal(y, ref[group]), group
 
 
-@pytest.mark.parametrize("qtype", [GT.Q4_0, GT.Q8_0], ids=lambda q: q.name)
-@pytest.mark.parametrize("n_rows,n_outs,k", [(100, (4096, 1024, 1024), 4096), (512, (4096, 1024, 1024), 4096),
-                                             (100, (300, 37), 1024), (100, (5, 0, 19), 576),
-                                             (100, (200,), 14336)],
-                         ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else str(v))
+_SHARED_INPUT_CASES = [(100, (4096, 1024, 1024), 4096), (512, (4096, 1024, 1024), 4096), (100, (300, 37), 1024),
+                       (100, (5, 0, 19), 576), (100, (200,), 14336)]
+
+
+@pytest.mark.parametrize("qtype,n_rows,n_outs,k",
+                         [(q, *case) for q in (GT.Q4_0, GT.Q8_0, GT.Q4_K) for case in _SHARED_INPUT_CASES
+                          if case[2] % block_geometry(q)[0] == 0],
+                         ids=lambda v: "-".join(map(str, v)) if isinstance(v, tuple) else getattr(v, "name", str(v)))
 def test_matrices_sharing_an_input_in_one_gemm_launch_give_each_output_its_own_bits(qtype, n_rows, n_outs, k):
-    """At prefill row counts matvec_targets runs Q4_0's packed GEMM as one
-    launch over all the matrices, the activations packed once (a matrix
-    without a packed copy, n_out 0, sends the call back to one GEMM per
-    matrix; other types always take that): each matrix's outputs are bitwise
-    those of its own matvec at the same rows and of the decode kernel in
-    groups of 4. At 512 rows of llama3-8b's q/k/v the launch takes the
-    128-output blocks (8 x 48 of them: every SM of a GPU of up to 384), at
-    100 rows the 64-output ones."""
+    """At prefill row counts matvec_targets runs the packed GEMM (Q4_0, Q4_K)
+    as one launch over all the matrices, the activations packed once (a
+    matrix without a packed copy, n_out 0, sends the call back to one GEMM
+    per matrix; other types always take that): each matrix's outputs are
+    bitwise those of its own matvec at the same rows and of the decode
+    kernel in groups of 4. At 512 rows of llama3-8b's q/k/v Q4_0's launch
+    takes the 128-output blocks (8 x 48 of them: every SM of a GPU of up to
+    384), at 100 rows the 64-output ones; Q4_K's always the 64-output ones."""
     rng = np.random.default_rng(sum(n_outs) + k + id_of(qtype))
     ws = [random_matrix(qtype, k, n, rng) if n else np.zeros(0, np.uint8) for n in n_outs]
     x = rng.standard_normal((n_rows, k)).astype(np.float32)
@@ -711,15 +714,16 @@ def _dequantized_reference(qtype: GT, raw: np.ndarray, n_out: int, x: np.ndarray
     return ref, tol
 
 
-def _check_gemm(qtype: GT, shape: tuple[int, int, int], seed: int) -> None:
+def _check_gemm(qtype: GT, shape: tuple[int, int, int], seed: int, packed: bool = True) -> None:
     n_rows, n_out, k = shape
     raw, x = _gemm_case(qtype, shape, seed)
-    gemm = t.cuda_gemm_mma(id_of(qtype), raw, n_out, x)
+    gemm = t.cuda_gemm_mma(id_of(qtype), raw, n_out, x, packed=packed)
     dispatched = t.cuda_matvec(id_of(qtype), raw, n_out, x)  # the GEMM from 41 rows, else the tiles
     alone = t.cuda_matvec_groups(id_of(qtype), raw, n_out, x, 1)
     for r in range(n_rows):
         assert gemm[r].tobytes() == alone[r].tobytes(), (r, np.flatnonzero(gemm[r] != alone[r])[:8])
-    assert dispatched.tobytes() == gemm.tobytes()
+    if packed:
+        assert dispatched.tobytes() == gemm.tobytes()
     groups = t.cuda_matvec_groups(id_of(qtype), raw, n_out, x, 4)
     assert groups.tobytes() == gemm.tobytes()
     if qtype in GEMM_K_TYPES:
@@ -738,14 +742,51 @@ def test_the_tensor_core_gemm_is_bitwise_the_matvec_row_by_row(qtype, shape):
     _check_gemm(qtype, shape, seed=shape[0] * 31 + shape[1] + id_of(qtype))
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "blocks"])
 @pytest.mark.parametrize("shape", [s for s in GEMM_SHAPES if s[2] % 256 == 0],
                          ids=lambda s: f"rows{s[0]}-{s[1]}x{s[2]}")
 @pytest.mark.parametrize("qtype", GEMM_K_TYPES, ids=lambda q: q.name)
-def test_the_tensor_core_gemm_takes_k_quants_bitwise_the_matvec_row_by_row(qtype, shape):
+def test_the_tensor_core_gemm_takes_k_quants_bitwise_the_matvec_row_by_row(qtype, shape, packed):
     """Q4_K's units are sub-blocks of 256-element super-blocks, each with a
     6-bit scale and min: the MMA gives the integer sum, the rest is the
-    matvec's expression, so every row keeps the matvec's bits."""
-    _check_gemm(qtype, shape, seed=shape[0] * 37 + shape[1] + id_of(qtype))
+    matvec's expression, so every row keeps the matvec's bits, on the packed
+    copy (plain nibbles, d sc / 16 and d_min mn) and on the blocks."""
+    _check_gemm(qtype, shape, seed=shape[0] * 37 + shape[1] + id_of(qtype), packed=packed)
+
+
+@pytest.mark.parametrize("shape", [(5, 576, 1536), (130, 4096, 14336), (100, 1000, 1536)],
+                         ids=lambda s: f"rows{s[0]}-{s[1]}x{s[2]}")
+def test_the_first_gemm_version_on_q4_0_blocks_keeps_the_matvec_bits(shape):
+    # Where a Q4_0 matrix has no packed copy (it did not fit), v1 reads the blocks.
+    _check_gemm(GT.Q4_0, shape, seed=shape[0] * 41 + shape[1], packed=False)
+
+
+def test_q4_k_gemm_keeps_the_matvec_bits_at_extreme_scales():
+    """Q4_K super-blocks with d near the fp16 maximum, subnormal d and
+    d_min, all-15 nibbles and 63 scales and mins (the largest d sc isum and
+    d_min mn sums), against activation rows near +-127 per element and one
+    row of 1e30 that overflows to inf: the packed and block GEMMs give the
+    matvec's bits, inf and nan included."""
+    rng = np.random.default_rng(12)
+    n_out, k, n_rows = 64, 2048, 9
+    blocks = rng.integers(0, 256, size=(n_out * k // 256, 144), dtype=np.uint8)
+    blocks[::5, 4:16] = 0xFF  # every 6-bit scale and min 63
+    blocks[::5, 16:] = 0xFF  # every nibble 15
+    d = rng.uniform(-0.05, 0.05, (n_out * k // 256, 2)).astype(np.float16)
+    d[::7, 0] = np.float16(60000.0)
+    d[::11] = np.float16(6e-8)  # subnormal d and d_min
+    d[::13, 1] = np.float16(-65504.0)
+    blocks[:, 0:4] = d.view(np.uint8).reshape(-1, 4)
+    raw = blocks.reshape(-1)
+    x = rng.standard_normal((n_rows, k)).astype(np.float32)
+    x[3] = np.where(x[3] > 0, 1.0, -1.0)
+    x[2] = np.sign(x[2]) * 1e30
+    alone = t.cuda_matvec_groups(id_of(GT.Q4_K), raw, n_out, x, 1)
+    for packed in (True, False):
+        gemm = t.cuda_gemm_mma(id_of(GT.Q4_K), raw, n_out, x, packed=packed)
+        assert gemm.tobytes() == alone.tobytes(), (packed, np.argwhere(gemm.view(np.uint32) != alone.view(np.uint32))[:8])
+    assert not np.all(np.isfinite(alone[2]))
+    assert np.all(np.isfinite(alone[[0, 1, 3]]))
 
 
 @pytest.mark.parametrize("shape", GEMM_LARGE, ids=lambda s: f"rows{s[0]}-{s[1]}x{s[2]}")
@@ -801,12 +842,13 @@ def test_the_gemm_refuses_types_without_a_kernel():
 
 def test_the_packed_gemm_runs_where_the_device_gives_its_blocks_their_shared_memory():
     """Q4_0's packed GEMM needs 112 KiB of shared memory a block (its wide
-    block 210 KiB, taken only where that fits too): on compute capability 9.0
-    (227 KiB a block) it runs and its weight copies are made; on a device
-    with less (8.6 and 8.9: 99 KiB) v1 reads the blocks and no copy is made.
-    Other types never pack."""
+    block 210 KiB, taken only where that fits too), Q4_K's 128 KiB: on
+    compute capability 9.0 (227 KiB a block) they run and their weight
+    copies are made; on a device with less (8.6 and 8.9: 99 KiB) v1 reads
+    the blocks and no copy is made. Other types never pack."""
     optin = t.cuda_shared_memory_per_block_optin()
     assert optin > 0
     assert t.cuda_gemm_packs(id_of(GT.Q4_0)) == (optin >= 112 * 1024)
+    assert t.cuda_gemm_packs(id_of(GT.Q4_K)) == (optin >= 128 * 1024)
     assert not t.cuda_gemm_packs(id_of(GT.Q8_0))
-    assert not t.cuda_gemm_packs(id_of(GT.Q4_K))
+    assert not t.cuda_gemm_packs(id_of(GT.Q6_K))

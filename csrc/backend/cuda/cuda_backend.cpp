@@ -161,7 +161,7 @@ void CudaBackend::load_weights(const WeightTable& table) {
       copy_to_device(dst, w.data, w.n_bytes, "upload weights");
     }
   }
-  // The prefill GEMM's packed copies (gemm_packs: Q4_0 unless
+  // The prefill GEMM's packed copies (gemm_packs: Q4_0 and Q4_K unless
   // MUSER_CUDA_GEMM says otherwise) of every matrix a product may read,
   // written on the device from the uploaded blocks. They sit beside the
   // blocks, which the decode matvec keeps reading: llama3-8b's layers take

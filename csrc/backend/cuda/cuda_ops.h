@@ -36,9 +36,10 @@ constexpr int kPrefillTileRows = 8;
 //   s     float (n_rows, k / 32): Q8_1 only, fp16(d * sum(q)) widened
 //   bsum  int32 (n_rows, k / 16): Q8_K only, sums of each 16 quants
 //   f     float (n_rows, k): F32 only (points at the input rows)
-//   gemm_pack  room for the packed GEMM's walk-ordered copy of q and d
-//         (gemm_activation_pack_bytes; Q8_0 views of kGemmMinRows rows or
-//         more, and only while gemm_packs(Q4_0)), written by gemm_mma itself
+//   gemm_pack  room for the packed GEMM's walk-ordered copy of q and the
+//         scales (gemm_activation_pack_bytes; Q8_0 and Q8_K views of
+//         kGemmMinRows rows or more, and only while gemm_packs(Q4_0),
+//         gemm_packs(Q4_K)), written by gemm_mma itself
 struct ActivationView {
   ActivationFormat format = ActivationFormat::F32;
   size_t k = 0;
@@ -374,15 +375,16 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
 bool gemm_mma_targets(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                       void* stream);
 
-// The packed GEMM (the default for Q4_0; MUSER_CUDA_GEMM=v1, read once,
-// turns it off): whether gemm_mma reads weights of `type` from a
+// The packed GEMM (the default for Q4_0 and Q4_K; MUSER_CUDA_GEMM=v1, read
+// once, turns it off): whether gemm_mma reads weights of `type` from a
 // packed copy. The copy holds each 64-output tile's stages as contiguous
-// 10 KiB chunks in the walk's order (the quants' nibble words ordered as
-// the MMA's lanes read them, the scales widened to float), so that every
-// stage is a few contiguous 16-byte copies. It costs 20 bytes per 32
-// weights (more where the walk pads a row: k = 14336 walks 512 units for
-// 448) beside the 18 of the GGUF blocks, which the decode matvec keeps
-// reading: llama3-8b's 32 layers 4.53 GB beside 3.93 GB of blocks.
+// 10 KiB chunks (Q4_K: 12 KiB) in the walk's order (the quants' nibble
+// words ordered as the MMA's lanes read them, the scales widened to float),
+// so that every stage is a few contiguous 16-byte copies. It costs 20 bytes
+// per 32 weights (Q4_K 24; more where the walk pads a row: k = 14336 walks
+// 512 units for 448) beside the 18 of the GGUF blocks (Q4_K 18), which the
+// decode matvec keeps reading: llama3-8b's 32 layers 4.53 GB beside 3.93 GB
+// of blocks.
 bool gemm_packs(DType type);
 // Bytes of the packed copy of an (n_out, k) matrix (0 unless gemm_packs).
 size_t gemm_packed_weight_bytes(DType type, size_t n_out, size_t k);
@@ -390,7 +392,8 @@ size_t gemm_packed_weight_bytes(DType type, size_t n_out, size_t k);
 // dst (gemm_packed_weight_bytes of room, 16-byte aligned).
 void gemm_pack_weights(DType type, const void* w, size_t n_out, size_t k, void* dst, void* stream);
 // Bytes of an ActivationView's gemm_pack room for n_rows x k (0 below
-// kGemmMinRows rows or unless gemm_packs(Q4_0)).
+// kGemmMinRows rows or unless gemm_packs of the type the format feeds:
+// Q4_0 for Q8_0, Q4_K for Q8_K).
 size_t gemm_activation_pack_bytes(ActivationFormat format, size_t n_rows, size_t k);
 
 }  // namespace muser::cuda

@@ -670,11 +670,12 @@ cuda::ActivationView view_from_row(const cuda::ActivationView& v, size_t r0) {
   return out;
 }
 
-enum class MatmulPath { Matvec, Gemm };
+enum class MatmulPath { Matvec, Gemm, GemmOnBlocks };
 
 // x (n_rows, k) times W through one matvec call (group_rows 0), one call per
-// consecutive group of group_rows rows, or the GEMM. With `us`: also times
-// `reps` more runs after the first and stores the mean microseconds per run.
+// consecutive group of group_rows rows, or the GEMM (on the packed copy
+// where its type has one, or on the blocks). With `us`: also times `reps`
+// more runs after the first and stores the mean microseconds per run.
 std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, size_t n_out, size_t k, const float* x,
                               size_t n_rows, size_t group_rows, int reps = 0, double* us = nullptr) {
   require_device();
@@ -683,19 +684,21 @@ std::vector<float> run_matmul(MatmulPath path, DType type, const uint8_t* w, siz
     throw InvalidArgument("[cuda testing] matvec row length must be a multiple of 32 and of the block size");
   }
   if (group_rows > 4) throw InvalidArgument("[cuda testing] matvec groups hold 1..4 rows (0: all rows at once)");
-  if (path == MatmulPath::Gemm && !cuda::has_gemm_mma(type)) {
+  const bool gemm = path != MatmulPath::Matvec;
+  if (gemm && !cuda::has_gemm_mma(type)) {
     throw InvalidArgument(std::string("[cuda testing] no tensor-core GEMM for ") + info.name);
   }
   Stream stream;
   DeviceBuffer dw = upload_weights(type, w, n_out, k);
-  // The GEMM's packed copy (only under MUSER_CUDA_GEMM=packed).
-  const DeviceBuffer dw_packed = packed_copy(type, dw, n_out, k, stream.get());
+  // The GEMM's packed copy (where gemm_packs(type)), unless the GEMM is to read the blocks.
+  const DeviceBuffer dw_packed =
+      path == MatmulPath::GemmOnBlocks ? DeviceBuffer() : packed_copy(type, dw, n_out, k, stream.get());
   const void* w_packed = dw_packed.get();
   DeviceBuffer dy(n_rows * n_out * sizeof(float), "y");
   const DeviceActivations act(type, x, n_rows, k, stream.get());
   const cuda::ActivationView& view = act.view;
   auto run = [&] {
-    if (path == MatmulPath::Gemm) {
+    if (gemm) {
       if (!cuda::gemm_mma(type, dw.get(), n_out, view, n_rows, dy.as<float>(), n_out, stream.get(), w_packed)) {
         throw InvalidArgument(
             "[cuda testing] the tensor-core GEMM refused this matrix (it must start and end 4-byte aligned)");
@@ -735,8 +738,9 @@ std::vector<float> matvec_groups(DType type, const uint8_t* w, size_t n_out, siz
   return run_matmul(MatmulPath::Matvec, type, w, n_out, k, x, n_rows, group_rows);
 }
 
-std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows) {
-  return run_matmul(MatmulPath::Gemm, type, w, n_out, k, x, n_rows, 0);
+std::vector<float> gemm_mma(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,
+                            bool packed) {
+  return run_matmul(packed ? MatmulPath::Gemm : MatmulPath::GemmOnBlocks, type, w, n_out, k, x, n_rows, 0);
 }
 
 double matvec_time_us(DType type, const uint8_t* w, size_t n_out, size_t k, const float* x, size_t n_rows,

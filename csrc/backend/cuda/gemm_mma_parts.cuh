@@ -24,14 +24,19 @@ constexpr int kStageUnits = 8;  // units per shared-memory stage
 //   q   [64 outputs][4 words t][8 slots]  word t of the block's 16 nibble
 //       bytes (low nibbles: elements 4t..4t+3, high: 16+4t..), each nibble
 //       q as q ^ 8, which is what lane t of the MMA's B fragment holds (b0
-//       low, b1 high; q4_0_low_bytes, q4_0_high_bytes)
+//       low, b1 high; packed_low_bytes, packed_high_bytes)
 //   d   [8 n8 tiles][4 slot pairs][4 t]{d, d', d_next, d_next'}  the fp16
 //       scales widened and divided by 16 (q4_0_scale's c), of outputs 2 t
 //       and 2 t + 1 of the tile
+// Q4_K's chunks (the GEMM's only) hold the sub-block's 32 nibbles in the
+// same words, plain (q, not q ^ 8), then two scale sets in d's layout: d sc
+// / 16 (q4_k_scale's c), then d_min mn (ops_gemm_mma_packed.cu).
 // A 64-output tile's stages follow each other: tile i's chunk of stage s
-// starts at (i * n_stages + s) * kWChunk.
+// starts at (i * n_stages + s) * kWChunk (w_chunk_bytes for Q4_K's).
 constexpr int kWQBytes = kTileOut * kStageUnits * 16;
-constexpr int kWChunk = kWQBytes + kTileOut * kStageUnits * 4;
+constexpr int kScaleSetBytes = kTileOut * kStageUnits * 4;  // one float per (output, slot)
+__host__ __device__ constexpr int w_chunk_bytes(int scale_sets) { return kWQBytes + scale_sets * kScaleSetBytes; }
+constexpr int kWChunk = w_chunk_bytes(1);
 
 // The warp grid of both kernels (v1 and packed): 8 warps, 2 along rows x 4
 // along outputs, each 32 rows x 16 outputs as 2 (m16) x 2 (n8) MMA tiles,
@@ -65,13 +70,14 @@ __device__ __forceinline__ void store_warp_outputs(const float (&acc)[kOutputs],
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
 
-// A packed Q4_0 word (4 bytes of nibble pairs, each nibble q kept as q ^ 8:
-// q4_0_packed_word of the GGUF block's word) as the two MMA operand words
-// of 16 (q - 8) per byte: the low nibbles moved up, the high ones masked in
-// place (see ops_gemm_mma_packed.cu).
+// A packed word (4 bytes of nibble pairs) as the two MMA operand words of
+// 16 times a nibble per byte: the low nibbles moved up, the high ones masked
+// in place (see ops_gemm_mma_packed.cu). Q4_0 keeps each nibble q as q ^ 8
+// (q4_0_packed_word of the GGUF block's word), so its bytes are the signed
+// 16 (q - 8); Q4_K's plain nibbles give the unsigned 16 q (mma_s8u8).
 __device__ __forceinline__ unsigned q4_0_packed_word(unsigned block_word) { return block_word ^ 0x88888888u; }
-__device__ __forceinline__ int q4_0_low_bytes(unsigned w) { return static_cast<int>((w << 4) & 0xf0f0f0f0u); }
-__device__ __forceinline__ int q4_0_high_bytes(unsigned w) { return static_cast<int>(w & 0xf0f0f0f0u); }
+__device__ __forceinline__ int packed_low_bytes(unsigned w) { return static_cast<int>((w << 4) & 0xf0f0f0f0u); }
+__device__ __forceinline__ int packed_high_bytes(unsigned w) { return static_cast<int>(w & 0xf0f0f0f0u); }
 
 // Q4_0's term, TypeQ4_0::add_scaled, from an MMA over those bytes started at
 // kMagicBits: its bits as a float are kMagic + 16 S exactly (S the block
@@ -93,6 +99,25 @@ __device__ __forceinline__ Q4_0Scale q4_0_scale(float wd_over_16) {
 }
 __device__ __forceinline__ float q4_0_magic_term(float acc, int bits, Q4_0Scale w, float ad) {
   return __fmaf_rn(__fmaf_rn(__int_as_float(bits), w.c, w.c_magic), ad, acc);
+}
+
+// Q4_K's term, TypeQ4_K::add_scaled, from an MMA started at kMagicBits
+// whose bits as a float are kMagic + m isum (m = 1 on the plain nibbles, 16
+// on the packed copy's nibbles in the bytes' high halves). With c = d sc / m
+// and c_magic = -kMagic c, both exact (d sc has at most 17 significant bits),
+// fmaf(bits, c, c_magic) is the exact d sc isum rounded once, as
+// add_scaled's product (an exact zero may come out +0.0f where the product
+// gives -0.0f; both leave the accumulator, never -0.0f, as it is). Then the
+// min (neg_min = -d_min mn, exact) times the unit's activation sum, fused,
+// and the activation scale fused into the add: three fmas a term.
+struct Q4_KScale {
+  float c, c_magic, neg_min;
+};
+__device__ __forceinline__ Q4_KScale q4_k_scale(float c, float d_min_mn) {
+  return {c, __fmul_rn(c, -kMagic), -d_min_mn};
+}
+__device__ __forceinline__ float q4_k_magic_term(float acc, int bits, Q4_KScale w, float bsum, float ad) {
+  return __fmaf_rn(ad, __fmaf_rn(w.neg_min, bsum, __fmaf_rn(__int_as_float(bits), w.c, w.c_magic)), acc);
 }
 
 // A unit row (32 int8) is two 16-byte halves; row r keeps half h at
@@ -156,6 +181,14 @@ __device__ __forceinline__ void ldmatrix_x2(int (&r)[2], const void* smem) {
 // D = A (16x32 s8, row) * B (32x8 s8, col) + c in every accumulator.
 __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int b0, int b1, int c) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c), "r"(c), "r"(c), "r"(c));
+}
+
+// The same with B's bytes unsigned (A 16x32 s8, B 32x8 u8).
+__device__ __forceinline__ void mma_s8u8(int (&d)[4], const int (&a)[4], int b0, int b1, int c) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%10, %11, %12, %13};\n"
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c), "r"(c), "r"(c), "r"(c));
@@ -273,18 +306,19 @@ bool with_gemm_type(DType type, F&& f) {
 void launch_gemm_v1(DType type, const void* w, size_t n_out, const ActivationView& x, size_t n_rows, float* y,
                     size_t ld_y, cudaStream_t stream);
 
-// The packed version (ops_gemm_mma_packed.cu, Q4_0): the sizes of its
-// packed operands, the weights' packing, and the launch for 1..3 targets
-// that read x (the activations' packing into x.gemm_pack, once, then one
-// GEMM launch over every target's w_packed).
-size_t packed_weight_bytes(size_t n_out, size_t k);
-size_t packed_activation_bytes(size_t n_rows, size_t k);
-void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream);
-void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
+// The packed version (ops_gemm_mma_packed.cu, Q4_0 and Q4_K): the sizes of
+// its packed operands, the weights' packing, and the launch for 1..3
+// targets of `type` that read x (the activations' packing into
+// x.gemm_pack, once, then one GEMM launch over every target's w_packed).
+size_t packed_weight_bytes(DType type, size_t n_out, size_t k);
+size_t packed_activation_bytes(DType type, size_t n_rows, size_t k);
+void pack_weights(DType type, const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream);
+void launch_gemm_packed(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
                         cudaStream_t stream);
-// Whether this device's blocks may take the packed kernel's shared memory:
-// its 64 x 64 block (112 KiB: not on compute capability 8.6 and 8.9), or
-// the 64 x 128 one (wide; 210 KiB: compute capability 9.0 only).
-bool packed_block_fits(bool wide);
+// Whether this device's blocks may take the packed kernel's shared memory
+// for `type`: its 64 x 64 block (Q4_0 112 KiB, Q4_K 128 KiB: not on
+// compute capability 8.6 and 8.9), or the 64 x 128 one (wide; Q4_0 only,
+// 210 KiB: compute capability 9.0 only).
+bool packed_block_fits(DType type, bool wide);
 
 }  // namespace muser::cuda::gemm

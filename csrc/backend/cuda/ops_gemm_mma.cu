@@ -25,10 +25,11 @@
 // float minus 1.5 * 2^23 is the sum converted exactly (|sum| < 2^22 for every
 // type here), which is static_cast<float>(sum) without the slow I2F.
 //
-// The versions: ops_gemm_mma_packed.cu's kernel for Q4_0 weights that have
-// a packed copy (the backend makes one at upload when it fits: 1.8x v1 on
-// the H200), ops_gemm_mma_v1.cu's (8 warps of 32 x 16 outputs on the GGUF
-// blocks) for the other types and for Q4_0 without a copy. MUSER_CUDA_GEMM=v1
+// The versions: ops_gemm_mma_packed.cu's kernel for Q4_0 and Q4_K weights
+// that have a packed copy (the backend makes one at upload when it fits:
+// 1.8x v1 on the H200 for Q4_0), ops_gemm_mma_v1.cu's (8 warps of 32 x 16
+// outputs on the GGUF blocks) for the other types and for those without a
+// copy. MUSER_CUDA_GEMM=v1
 // runs v1 for every type and makes no copies (the way back).
 // gemm_mma_parts.cuh holds what the versions share. Two other kernels
 // (16 warps with the upper tree levels in shared memory; TMA copies) ran
@@ -51,8 +52,8 @@ namespace gemm {
 namespace {
 
 // The kernel version gemm_mma runs (MUSER_CUDA_GEMM, read once; both
-// compute the same bits): by default the packed kernel for Q4_0 weights with
-// a packed copy and v1 for the rest; "v1" v1 for every type, with no packed
+// compute the same bits): by default the packed kernel for Q4_0 and Q4_K
+// weights with a packed copy and v1 for the rest; "v1" v1 for every type, with no packed
 // copies.
 constexpr int kPackedVersion = 5;
 int requested_version() {
@@ -82,27 +83,32 @@ bool has_gemm_mma(DType type) {
   }
 }
 
-// Q4_0 under the default version, on a device whose blocks may take the
+// Q4_0 and Q4_K (unless MUSER_CUDA_GEMM_K=0 leaves Q4_K to the matvec
+// tiles) under the default version, on a device whose blocks may take the
 // packed kernel's shared memory (elsewhere v1 reads the blocks, and no copy
 // is made).
 bool gemm_packs(DType type) {
-  return type == DType::Q4_0 && gemm::requested_version() == gemm::kPackedVersion && gemm::packed_block_fits(false);
+  return (type == DType::Q4_0 || (type == DType::Q4_K && has_gemm_mma(type))) &&
+         gemm::requested_version() == gemm::kPackedVersion && gemm::packed_block_fits(type, false);
 }
 
 size_t gemm_packed_weight_bytes(DType type, size_t n_out, size_t k) {
-  return gemm_packs(type) ? gemm::packed_weight_bytes(n_out, k) : 0;
+  return gemm_packs(type) ? gemm::packed_weight_bytes(type, n_out, k) : 0;
 }
 
 void gemm_pack_weights(DType type, const void* w, size_t n_out, size_t k, void* dst, void* stream) {
   if (!gemm_packs(type)) {
     throw InternalError(std::string("[cuda gemm_pack_weights] the GEMM packs no ") + dtype_info(type).name);
   }
-  gemm::pack_weights_q4_0(w, n_out, k, dst, static_cast<cudaStream_t>(stream));
+  gemm::pack_weights(type, w, n_out, k, dst, static_cast<cudaStream_t>(stream));
 }
 
 size_t gemm_activation_pack_bytes(ActivationFormat format, size_t n_rows, size_t k) {
-  if (format != activation_format(DType::Q4_0) || n_rows < kGemmMinRows || !gemm_packs(DType::Q4_0)) return 0;
-  return gemm::packed_activation_bytes(n_rows, k);
+  if (n_rows < kGemmMinRows) return 0;
+  for (DType type : {DType::Q4_0, DType::Q4_K}) {
+    if (format == activation_format(type) && gemm_packs(type)) return gemm::packed_activation_bytes(type, n_rows, k);
+  }
+  return 0;
 }
 
 namespace {
@@ -145,7 +151,7 @@ bool gemm_mma(DType type, const void* w, size_t n_out, const ActivationView& x, 
   // the activations' in the view (sized for at least n_rows rows).
   if (packed_for(type, w_packed, x)) {
     const MatvecTarget target{w, n_out, y, ld_y, w_packed};
-    gemm::launch_gemm_packed(&target, 1, x, n_rows, stream);
+    gemm::launch_gemm_packed(type, &target, 1, x, n_rows, stream);
     return true;
   }
   gemm::launch_gemm_v1(type, w, n_out, x, n_rows, y, ld_y, stream);
@@ -160,7 +166,7 @@ bool gemm_mma_targets(DType type, const MatvecTarget* targets, size_t count, con
       return false;
     }
   }
-  gemm::launch_gemm_packed(targets, count, x, n_rows, static_cast<cudaStream_t>(stream));
+  gemm::launch_gemm_packed(type, targets, count, x, n_rows, static_cast<cudaStream_t>(stream));
   return true;
 }
 

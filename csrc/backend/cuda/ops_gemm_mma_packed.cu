@@ -30,7 +30,7 @@
 // The -8 of Q4_0: the packed copy keeps each nibble q as q ^ 8, which is
 // q - 8 in 4-bit two's complement, so that nibble in the high half of a
 // byte (low half zero) is the signed byte 16 (q - 8): one mask for the high
-// nibbles, a shift and a mask for the low ones (q4_0_low_bytes). So the MMA
+// nibbles, a shift and a mask for the low ones (packed_low_bytes). So the MMA
 // (.s8 x .s8, accumulator start kMagicBits in every register) gives
 // kMagicBits + 16 S with S = sum((q - 8) a), v1's int32, times 16, exactly
 // (|16 S| <= 16 * 32 * 8 * 127 < 2^22, the magic convert's range). The
@@ -42,12 +42,23 @@
 // 8 sum(a), packed per (row, unit) with the activations: the same S for two
 // more 16-byte shared loads per slot and warp.)
 //
+// Q4_K (2026-12-07): a unit is a sub-block of a 256-element super-block,
+// and its term is TypeQ4_K::add_scaled's, three fmas (q4_k_magic_term): the
+// packed copy keeps the 32 nibbles plain in Q4_0's words, so the MMA (.s8 x
+// .u8: the bytes are 16 q, up to 240) gives kMagicBits + 16 isum, and two
+// scale sets, d sc / 16 and d_min mn, both exact; the packed activations
+// carry two sets too, the super-block's d for each (row, unit) and the
+// unit's sum of quants as a float (exact: |sum| <= 32 * 127). Its stage
+// buffers are larger (128 KiB in four), so it runs the 64 x 64 block only.
+//
 // Units past n_units are packed as zero quants and zero scales on both
 // sides: S = 0, and the term adds a zero to an accumulator that is never
 // -0.0f (see v1's compute_slot), which leaves it as it is, as the matvec's
 // +0.0f steps do. Rows and outputs past the matrix are computed and never
 // stored.
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/cuda_device.h"
@@ -57,6 +68,7 @@
 #include "backend/cuda/gemm_mma_parts.cuh"
 #include "backend/cuda/launch_targets.cuh"
 #include "core/env_switch.h"
+#include "core/error.h"
 
 namespace muser::cuda::gemm {
 namespace {
@@ -66,11 +78,22 @@ namespace {
 //   q      [64 rows][8 slots][32 bytes]  the unit's int8 quants
 //   d      [4 m16 tiles][4 slot pairs][8 g]{d, d', d_next, d_next'}  the
 //          scales of rows g, g + 8 for the pair's two slots
+//   (Q4_K) the unit's quant sums as floats, in d's layout
 constexpr int kActQBytes = kTileRows * kStageUnits * 32;
-constexpr int kActChunk = kActQBytes + kTileRows * kStageUnits * 4;
-// The packed weights' chunks (kWQBytes, kWChunk): gemm_mma_parts.cuh.
-constexpr int kScalePieces = kTileRows * kStageUnits * 4 / 16;  // 16-byte pieces of a chunk's scales
-static_assert(kScalePieces == kTileOut * kStageUnits * 4 / 16, "activation and weight scales alike");
+// The packed weights' chunks (kWQBytes, w_chunk_bytes): gemm_mma_parts.cuh.
+static_assert(kTileRows * kStageUnits * 4 == kScaleSetBytes, "activation and weight scale sets alike");
+constexpr int kScalePieces = kScaleSetBytes / 16;  // 16-byte pieces of a scale set
+
+// A weight type's packed chunks: Q4_0 one scale set a side, Q4_K two.
+template <typename T>
+struct Packed {
+  static_assert(std::is_same_v<T, TypeQ4_0> || std::is_same_v<T, TypeQ4_K>, "the packed GEMM's types");
+  static constexpr bool kK = std::is_same_v<T, TypeQ4_K>;
+  static constexpr int kScaleSets = kK ? 2 : 1;
+  static constexpr int kActChunk = kActQBytes + kScaleSets * kScaleSetBytes;
+  static constexpr int kWChunk = w_chunk_bytes(kScaleSets);
+  using Scale = std::conditional_t<kK, Q4_KScale, Q4_0Scale>;
+};
 
 // A block's shape: kHalves 64-output weight tiles (1: 64 x 64 outputs, 8
 // warps; 2: 64 x 128, 16 warps), each warp 32 rows x 16 outputs (2 m16 x 2
@@ -83,23 +106,26 @@ static_assert(kScalePieces == kTileOut * kStageUnits * 4 / 16, "activation and w
 // fit in 128 registers each: 4 warps a scheduler instead of 2 to hide the
 // MMAs' and shared loads' latencies (Nsight Compute on the 8-warp block,
 // 2026-12-06: 0.92 eligible warps a scheduler, issue slots 51% busy).
-template <int kHalves>
+template <int kHalves, typename T>
 struct BlockShape {
   static constexpr int kThreads = 256 * kHalves;
   static constexpr int kOut = kTileOut * kHalves;
   static constexpr int kBufs = kHalves == 1 ? 4 : 3;  // stage buffers: copies run kBufs - 1 stages ahead
+  static constexpr int kActChunk = Packed<T>::kActChunk, kWChunk = Packed<T>::kWChunk;
   static constexpr int kBufBytes = kActChunk + kHalves * kWChunk;
   static constexpr int kRegLevels = kHalves == 1 ? 5 : 2;  // tree levels in registers
   static constexpr int kStackBytes = (5 - kRegLevels) * kOutputs * kThreads * 4;
   static constexpr int kSmemBytes = kBufs * kBufBytes + kStackBytes;
   static_assert(kSmemBytes <= 227 * 1024, "one block's shared memory on sm_90");
   // A stage's copies per thread: activation quants (kActCopies), weight
-  // quants (kWCopies per half), and one scale piece for the first
-  // (1 + kHalves) kScalePieces threads (activation scales, then each half's).
+  // quants (kWCopies per half), and the scale pieces (kPartPieces of each
+  // part: the activations', then each half's), piece p = tid + j kThreads
+  // for j < kScaleCopies where p is below (1 + kHalves) kPartPieces.
   static constexpr int kActCopies = kActQBytes / 16 / kThreads;
   static constexpr int kWCopies = kWQBytes / 16 / kThreads;
-  static_assert(kActCopies * kThreads * 16 == kActQBytes && kWCopies >= 1 && kWCopies * kThreads * 16 == kWQBytes &&
-                    (1 + kHalves) * kScalePieces <= kThreads,
+  static constexpr int kPartPieces = Packed<T>::kScaleSets * kScalePieces;
+  static constexpr int kScaleCopies = ((1 + kHalves) * kPartPieces + kThreads - 1) / kThreads;
+  static_assert(kActCopies * kThreads * 16 == kActQBytes && kWCopies >= 1 && kWCopies * kThreads * 16 == kWQBytes,
                 "the copy loop's fixed split of a stage's pieces over the threads");
 };
 
@@ -158,12 +184,15 @@ __device__ __forceinline__ void ldmatrix_x4_at(int (&r)[4], unsigned addr) {
 // have landed (wait_group), then the barrier makes everyone's visible and
 // says every warp is done with stage s - 1, whose buffer then receives stage
 // s + kBufs - 1.
-template <int kP, int kHalves>
-__global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
+template <typename T, int kP, int kHalves>
+__global__ void __launch_bounds__(BlockShape<kHalves, T>::kThreads, 1)
     gemm_packed_kernel(DecodeTargets targets, const uint8_t* __restrict__ x_pack, int stages_per_class,
                        size_t n_rows) {
-  using Shape = BlockShape<kHalves>;
+  using Shape = BlockShape<kHalves, T>;
   constexpr int kThreads = Shape::kThreads, kBufs = Shape::kBufs, kBufBytes = Shape::kBufBytes;
+  constexpr int kActChunk = Shape::kActChunk, kWChunk = Shape::kWChunk;
+  constexpr bool kK = Packed<T>::kK;
+  using Scale = typename Packed<T>::Scale;
   // This block's target (its packed weights as w) and output tile within it.
   const BlockTarget bt = block_target(targets, blockIdx.y);
   const uint8_t* __restrict__ w_pack = bt.w;
@@ -192,8 +221,8 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
   // This thread's 16-byte pieces of every stage, at fixed offsets from the
   // stage's chunks: activation quants (rows tid / 16 + j kThreads / 16,
   // piece tid % 16 of the row, j < kActCopies), weight quants of each half
-  // (outputs tid / 8 + j kThreads / 8, piece tid % 8, j < kWCopies), and one
-  // scale piece (tid < kScalePieces: the activations'; then each half's in
+  // (outputs tid / 8 + j kThreads / 8, piece tid % 8, j < kWCopies), and
+  // its scale pieces (BlockShape: the activations', then each half's in
   // turn). Each j steps 16 kThreads bytes on both sides (rows and outputs
   // keep their swizzle: kThreads / 16 and / 8 are multiples of 8). A half
   // past the target's outputs copies nothing (its warps are inactive).
@@ -204,15 +233,23 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
   const unsigned act_q_dst = opaque(static_cast<unsigned>(qrow * 256 + 16 * ((tid % 16) ^ (qrow % 8))));
   const int wcol = tid / 8;
   const unsigned w_q_dst = opaque(static_cast<unsigned>(kActChunk + wcol * 128 + 16 * ((tid % 8) ^ (wcol % 8))));
-  // The scale piece: source chunk (0 activations, 1 + h weight half h) and offsets.
-  const int sc_part = tid / kScalePieces, sc_piece = tid % kScalePieces;
-  const bool copies_scale = sc_part <= kHalves && (sc_part < 2 || half1_exists);
+  // The scale pieces: source chunk (part 0 activations, 1 + h weight half
+  // h) and offsets.
   const unsigned half_stride = static_cast<unsigned>(n_stages) * kWChunk;  // weight half 1 from half 0
-  const unsigned sc_dst = opaque(static_cast<unsigned>(
-      sc_part == 0 ? kActQBytes + 16 * sc_piece : kActChunk + (sc_part - 1) * kWChunk + kWQBytes + 16 * sc_piece));
-  const uint8_t* sc_src = opaque(sc_part == 0 ? act_src - 16 * tid + kActQBytes + 16 * sc_piece
-                                              : w_src - 16 * tid + (sc_part - 1) * half_stride + kWQBytes + 16 * sc_piece);
-  const unsigned sc_chunk = sc_part == 0 ? kActChunk : kWChunk;  // the scale piece's stride per stage
+  bool copies_scale[Shape::kScaleCopies];
+  unsigned sc_dst[Shape::kScaleCopies], sc_chunk[Shape::kScaleCopies];
+  const uint8_t* sc_src[Shape::kScaleCopies];
+#pragma unroll
+  for (int j = 0; j < Shape::kScaleCopies; ++j) {
+    const int p = tid + j * kThreads;
+    const int sc_part = p / Shape::kPartPieces, sc_piece = p % Shape::kPartPieces;
+    copies_scale[j] = sc_part <= kHalves && (sc_part < 2 || half1_exists);
+    sc_dst[j] = opaque(static_cast<unsigned>(sc_part == 0 ? kActQBytes + 16 * sc_piece
+                                                          : kActChunk + (sc_part - 1) * kWChunk + kWQBytes + 16 * sc_piece));
+    sc_src[j] = opaque(sc_part == 0 ? act_src - 16 * tid + kActQBytes + 16 * sc_piece
+                                    : w_src - 16 * tid + (sc_part - 1) * half_stride + kWQBytes + 16 * sc_piece);
+    sc_chunk[j] = sc_part == 0 ? kActChunk : kWChunk;  // the scale piece's stride per stage
+  }
   auto issue = [&](int stage, int buf) {
     if (stage < n_stages) {
       const uint8_t* a = act_src + static_cast<size_t>(stage) * kActChunk;
@@ -222,8 +259,9 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
       for (int j = 0; j < Shape::kActCopies; ++j) {
         cp_async16_to(dst + act_q_dst + 16 * kThreads * j, a + 16 * kThreads * j, 16);
       }
-      if (copies_scale) {
-        cp_async16_to(dst + sc_dst, sc_src + static_cast<size_t>(stage) * sc_chunk, 16);
+#pragma unroll
+      for (int j = 0; j < Shape::kScaleCopies; ++j) {
+        if (copies_scale[j]) cp_async16_to(dst + sc_dst[j], sc_src[j] + static_cast<size_t>(stage) * sc_chunk[j], 16);
       }
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
@@ -261,7 +299,7 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
     b_off[h] = opaque(static_cast<unsigned>(kActChunk + w_half + (half_out + g) * 128 + 16 * ((2 * t + h) ^ g)));
   }
   // Activation scales (+ 128 a slot pair) of m16 tile 0; weight scales (+ 64
-  // a pair) of n8 tile 0.
+  // a pair) of n8 tile 0. Q4_K's second sets are kScaleSetBytes further.
   const unsigned ad_off = opaque(static_cast<unsigned>(kActQBytes + ((warp_row / 16) * 32 + g) * 16));
   const unsigned wd_off = opaque(static_cast<unsigned>(kActChunk + w_half + kWQBytes + ((half_out / 8) * 16 + t) * 16));
 
@@ -273,20 +311,23 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
 
   // One slot: the unit's 4 MMAs and the float terms of the 16 outputs (v1's
   // bits and order), then a class push known at compile time. wq4[ni] holds
-  // the weight words of slots 4 (kSlot / 4) .. + 3; ad4 and ws the scales of
-  // slots kSlot & ~1 and kSlot | 1 (ws[ni]: {d, d', d_next, d_next'}).
+  // the weight words of slots 4 (kSlot / 4) .. + 3; ad4, bs4 (Q4_K) and ws
+  // the scales of slots kSlot & ~1 and kSlot | 1 (ws[ni]: {d, d', d_next,
+  // d_next'}).
   auto compute_slot = [&]<int kSlot>(unsigned buf_off, const int4 (&wq4)[2], const float4 (&ad4)[2],
-                                     const Q4_0Scale (&ws)[2][4]) {
+                                     const float4 (&bs4)[2], const Scale (&ws)[2][4]) {
     constexpr int kWord = kSlot % 4;
     constexpr bool kOdd = kSlot % 2 == 1;
     int a[2][4];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) ldmatrix_x4_at(a[mi], smem0 + buf_off + a_off + 4096 * mi + ((32 * kSlot) ^ a_xor));
-    float ad[2][2];
+    float ad[2][2], bs[2][2];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
       ad[mi][0] = kOdd ? ad4[mi].z : ad4[mi].x;
       ad[mi][1] = kOdd ? ad4[mi].w : ad4[mi].y;
+      bs[mi][0] = kOdd ? bs4[mi].z : bs4[mi].x;
+      bs[mi][1] = kOdd ? bs4[mi].w : bs4[mi].y;
     }
 #pragma unroll
     for (int ni = 0; ni < 2; ++ni) {
@@ -294,16 +335,24 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
                                                : kWord == 1 ? wq4[ni].y
                                                : kWord == 2 ? wq4[ni].z
                                                             : wq4[ni].w);
-      const int b0 = q4_0_low_bytes(w), b1 = q4_0_high_bytes(w);
-      const Q4_0Scale w0 = ws[ni][kOdd ? 2 : 0], w1 = ws[ni][kOdd ? 3 : 1];
+      const int b0 = packed_low_bytes(w), b1 = packed_high_bytes(w);
+      const Scale w0 = ws[ni][kOdd ? 2 : 0], w1 = ws[ni][kOdd ? 3 : 1];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         int d[4];
-        mma_s8(d, a[mi], b0, b1, kMagicBits);
+        if constexpr (kK) {
+          mma_s8u8(d, a[mi], b0, b1, kMagicBits);
+        } else {
+          mma_s8(d, a[mi], b0, b1, kMagicBits);
+        }
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int o = (mi * 2 + ni) * 4 + c;
-          acc[o] = q4_0_magic_term(acc[o], d[c], (c & 1) ? w1 : w0, ad[mi][c >> 1]);
+          if constexpr (kK) {
+            acc[o] = q4_k_magic_term(acc[o], d[c], (c & 1) ? w1 : w0, bs[mi][c >> 1], ad[mi][c >> 1]);
+          } else {
+            acc[o] = q4_0_magic_term(acc[o], d[c], (c & 1) ? w1 : w0, ad[mi][c >> 1]);
+          }
         }
       }
     }
@@ -319,19 +368,31 @@ __global__ void __launch_bounds__(BlockShape<kHalves>::kThreads, 1)
     return make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z), __int_as_float(v.w));
   };
   auto compute_pair = [&]<int kPair>(unsigned buf_off, const int4 (&wq4)[2]) {
-    float4 ad4[2];
-    Q4_0Scale ws[2][4];
+    float4 ad4[2], bs4[2];
+    Scale ws[2][4];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      ad4[i] = as_float4(lds128(buf_off + ad_off + 512 * i + 128 * kPair));
-      const float4 wd4 = as_float4(lds128(buf_off + wd_off + 256 * i + 64 * kPair));
-      ws[i][0] = q4_0_scale(wd4.x);
-      ws[i][1] = q4_0_scale(wd4.y);
-      ws[i][2] = q4_0_scale(wd4.z);
-      ws[i][3] = q4_0_scale(wd4.w);
+      const unsigned ad_at = buf_off + ad_off + 512 * i + 128 * kPair;
+      const unsigned wd_at = buf_off + wd_off + 256 * i + 64 * kPair;
+      ad4[i] = as_float4(lds128(ad_at));
+      const float4 wd4 = as_float4(lds128(wd_at));
+      if constexpr (kK) {
+        bs4[i] = as_float4(lds128(ad_at + kScaleSetBytes));
+        const float4 wm4 = as_float4(lds128(wd_at + kScaleSetBytes));
+        ws[i][0] = q4_k_scale(wd4.x, wm4.x);
+        ws[i][1] = q4_k_scale(wd4.y, wm4.y);
+        ws[i][2] = q4_k_scale(wd4.z, wm4.z);
+        ws[i][3] = q4_k_scale(wd4.w, wm4.w);
+      } else {
+        bs4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // unused
+        ws[i][0] = q4_0_scale(wd4.x);
+        ws[i][1] = q4_0_scale(wd4.y);
+        ws[i][2] = q4_0_scale(wd4.z);
+        ws[i][3] = q4_0_scale(wd4.w);
+      }
     }
-    compute_slot.template operator()<2 * kPair>(buf_off, wq4, ad4, ws);
-    compute_slot.template operator()<2 * kPair + 1>(buf_off, wq4, ad4, ws);
+    compute_slot.template operator()<2 * kPair>(buf_off, wq4, ad4, bs4, ws);
+    compute_slot.template operator()<2 * kPair + 1>(buf_off, wq4, ad4, bs4, ws);
   };
   // A stage: slots 0..3 with the first weight words, 4..7 with the second.
   auto compute_stage = [&](unsigned buf_off) {
@@ -379,58 +440,101 @@ struct PackItem {
   }
 };
 
+// The offset of (row or output `line`, slot) in a chunk's scale set: the
+// pair-major layout both sides share (the activations' per m16 tile, row g
+// + 8 hh; the weights' per n8 tile, output 2 t + c).
+__device__ __forceinline__ int act_scale_offset(int row, int slot) {
+  const int mt = row / 16, g = row % 8, hh = row / 8 % 2;
+  return ((mt * 4 + slot / 2) * 8 + g) * 16 + 4 * (2 * (slot % 2) + hh);
+}
+__device__ __forceinline__ int weight_scale_offset(int col, int slot) {
+  return ((col / 8 * 4 + slot / 2) * 4 + col % 8 / 2) * 16 + 4 * (2 * (slot % 2) + col % 2);
+}
+
 // One thread per (row tile, stage, row, slot): the unit's 32 quants and its
-// scale; zeros past the rows or units.
-template <int kP>
-__global__ void pack_activations_kernel(const int8_t* __restrict__ q, const float* __restrict__ d, size_t n_rows,
-                                        int n_units, int stages_per_class, size_t n_items, uint8_t* __restrict__ pack) {
+// scales (Q8_0: d; Q8_K: the super-block's d, then the unit's quant sum);
+// zeros past the rows or units.
+template <typename T, int kP>
+__global__ void pack_activations_kernel(ActivationView x, size_t n_rows, int stages_per_class, size_t n_items,
+                                        uint8_t* __restrict__ pack) {
+  constexpr bool kK = Packed<T>::kK;
   dependent_launch_begin();  // before reading the activations an earlier kernel wrote
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_items) return;
   const PackItem<kP, kTileRows> item(i, Walk<kP>{stages_per_class});
   const int slot = item.slot, row = item.line, u = item.unit;
   const size_t chunk = item.chunk, r = item.index;
+  const int n_units = static_cast<int>(x.k / 32);
   int4 lo = make_int4(0, 0, 0, 0), hi = lo;
-  float scale = 0.0f;
+  float scale = 0.0f, sum = 0.0f;
   if (r < n_rows && u < n_units) {
-    const int4* src = reinterpret_cast<const int4*>(q + (r * n_units + u) * 32);
+    const int4* src = reinterpret_cast<const int4*>(x.q + (r * n_units + u) * 32);
     lo = src[0];
     hi = src[1];
-    scale = d[r * n_units + u];
+    if constexpr (kK) {
+      scale = x.d[r * (n_units / 8) + u / 8];
+      const int32_t* bsum = x.bsum + r * (2 * static_cast<size_t>(n_units)) + 2 * u;
+      sum = static_cast<float>(bsum[0] + bsum[1]);
+    } else {
+      scale = x.d[r * n_units + u];
+    }
   }
-  uint8_t* c = pack + chunk * kActChunk;
+  uint8_t* c = pack + chunk * Packed<T>::kActChunk;
   int4* dst = reinterpret_cast<int4*>(c + (row * kStageUnits + slot) * 32);
   dst[0] = lo;
   dst[1] = hi;
-  // Row mt * 16 + g + 8 hh of the tile: its scale in the (mt, slot pair, g) quad.
-  const int mt = row / 16, g = row % 8, hh = row / 8 % 2;
-  reinterpret_cast<float*>(c + kActQBytes + ((mt * 4 + slot / 2) * 8 + g) * 16)[2 * (slot % 2) + hh] = scale;
+  uint8_t* scales = c + kActQBytes + act_scale_offset(row, slot);
+  *reinterpret_cast<float*>(scales) = scale;
+  if constexpr (kK) *reinterpret_cast<float*>(scales + kScaleSetBytes) = sum;
 }
 
-// One thread per (output tile, stage, output, slot): see kWChunk.
-template <int kP>
+// Q4_K's packed word t of sub-block `sub` (Q4_0's word layout: byte i's
+// low nibble element 4 t + i, its high one element 16 + 4 t + i) from the
+// sub-block's 32 quant bytes, whose byte j holds element j in its low
+// nibble for even sub-blocks, its high one for odd.
+__device__ __forceinline__ unsigned q4_k_packed_word(const uint8_t* quants, int sub, int t) {
+  const uint32_t first = load_u32_a4(quants + 4 * t), second = load_u32_a4(quants + 16 + 4 * t);
+  if (sub % 2 == 0) return (first & 0x0f0f0f0fu) | ((second & 0x0f0f0f0fu) << 4);
+  return ((first >> 4) & 0x0f0f0f0fu) | (second & 0xf0f0f0f0u);
+}
+
+// One thread per (output tile, stage, output, slot): see kWChunk (Q4_K:
+// gemm_mma_parts.cuh and the top of this file).
+template <typename T, int kP>
 __global__ void pack_weights_kernel(const uint8_t* __restrict__ w, size_t n_out, int n_units, int stages_per_class,
                                     size_t n_items, uint8_t* __restrict__ pack) {
-  using T = TypeQ4_0;
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_items) return;
   const PackItem<kP, kTileOut> item(i, Walk<kP>{stages_per_class});
   const int slot = item.slot, col = item.line, u = item.unit;
   const size_t chunk = item.chunk, n = item.index;
   uint32_t words[4] = {0, 0, 0, 0};
-  float scale = 0.0f;
+  float scale = 0.0f, min = 0.0f;
   if (n < n_out && u < n_units) {
-    const uint8_t* block = w + (n * n_units + u) * T::kBlockBytes;
-    scale = q4_0_packed_scale(f16_bits_to_f32(load_u16(block)));
+    if constexpr (Packed<T>::kK) {
+      const uint8_t* block = w + (n * (n_units / 8) + u / 8) * T::kBlockBytes;
+      const int sub = u % 8;
+      int sc, mn;
+      k4_scale_min(block + 4, sub, sc, mn);
+      // d sc and d_min mn are exact (11 and 6 significant bits), and so is d sc / 16.
+      scale = q4_0_packed_scale(__fmul_rn(f16_bits_to_f32(load_u16(block)), static_cast<float>(sc)));
+      min = __fmul_rn(f16_bits_to_f32(load_u16(block + 2)), static_cast<float>(mn));
 #pragma unroll
-    for (int wt = 0; wt < 4; ++wt) words[wt] = q4_0_packed_word(load_u32_a2(block + 2 + 4 * wt));
+      for (int wt = 0; wt < 4; ++wt) words[wt] = q4_k_packed_word(block + 16 + 32 * (sub / 2), sub, wt);
+    } else {
+      const uint8_t* block = w + (n * n_units + u) * T::kBlockBytes;
+      scale = q4_0_packed_scale(f16_bits_to_f32(load_u16(block)));
+#pragma unroll
+      for (int wt = 0; wt < 4; ++wt) words[wt] = q4_0_packed_word(load_u32_a2(block + 2 + 4 * wt));
+    }
   }
-  uint8_t* c = pack + chunk * kWChunk;
+  uint8_t* c = pack + chunk * Packed<T>::kWChunk;
   uint32_t* q = reinterpret_cast<uint32_t*>(c) + col * 32 + slot;
 #pragma unroll
   for (int wt = 0; wt < 4; ++wt) q[8 * wt] = words[wt];
-  reinterpret_cast<float*>(c + kWQBytes + ((col / 8 * 4 + slot / 2) * 4 + col % 8 / 2) * 16)[2 * (slot % 2) + col % 2] =
-      scale;
+  uint8_t* scales = c + kWQBytes + weight_scale_offset(col, slot);
+  *reinterpret_cast<float*>(scales) = scale;
+  if constexpr (Packed<T>::kK) *reinterpret_cast<float*>(scales + kScaleSetBytes) = min;
 }
 
 size_t stages_of(size_t k) {
@@ -439,23 +543,43 @@ size_t stages_of(size_t k) {
   return n;
 }
 
-}  // namespace
-
-size_t packed_weight_bytes(size_t n_out, size_t k) { return ceil_tiles(n_out, kTileOut) * stages_of(k) * kWChunk; }
-
-size_t packed_activation_bytes(size_t n_rows, size_t k) {
-  return ceil_tiles(n_rows, kTileRows) * stages_of(k) * kActChunk;
+// Calls f.template operator()<T>() for the packed GEMM's types.
+template <typename F>
+void with_packed_type(DType type, F&& f) {
+  switch (type) {
+    case DType::Q4_0: f.template operator()<TypeQ4_0>(); return;
+    case DType::Q4_K: f.template operator()<TypeQ4_K>(); return;
+    default: throw InternalError(std::string("[cuda gemm] the packed GEMM takes no ") + dtype_info(type).name);
+  }
 }
 
-void pack_weights_q4_0(const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream) {
-  with_walk(k, [&]<int kP>(int stages_per_class) {
-    const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
-    const size_t n_items = ceil_tiles(n_out, kTileOut) * n_stages * kTileOut * kStageUnits;
-    if (n_items == 0) return;
-    pack_weights_kernel<kP><<<static_cast<unsigned>(ceil_tiles(n_items, 256)), 256, 0, stream>>>(
-        static_cast<const uint8_t*>(w), n_out, static_cast<int>(k / 32), stages_per_class, n_items,
-        static_cast<uint8_t*>(dst));
-    check_launch("gemm pack_weights");
+int scale_sets(DType type) {
+  int sets = 0;
+  with_packed_type(type, [&]<typename T>() { sets = Packed<T>::kScaleSets; });
+  return sets;
+}
+
+}  // namespace
+
+size_t packed_weight_bytes(DType type, size_t n_out, size_t k) {
+  return ceil_tiles(n_out, kTileOut) * stages_of(k) * w_chunk_bytes(scale_sets(type));
+}
+
+size_t packed_activation_bytes(DType type, size_t n_rows, size_t k) {
+  return ceil_tiles(n_rows, kTileRows) * stages_of(k) * (kActQBytes + scale_sets(type) * kScaleSetBytes);
+}
+
+void pack_weights(DType type, const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream) {
+  with_packed_type(type, [&]<typename T>() {
+    with_walk(k, [&]<int kP>(int stages_per_class) {
+      const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
+      const size_t n_items = ceil_tiles(n_out, kTileOut) * n_stages * kTileOut * kStageUnits;
+      if (n_items == 0) return;
+      pack_weights_kernel<T, kP><<<static_cast<unsigned>(ceil_tiles(n_items, 256)), 256, 0, stream>>>(
+          static_cast<const uint8_t*>(w), n_out, static_cast<int>(k / 32), stages_per_class, n_items,
+          static_cast<uint8_t*>(dst));
+      check_launch("gemm pack_weights");
+    });
   });
 }
 
@@ -475,7 +599,7 @@ namespace {
 // wide block's shared memory (else the narrow block always). Both read once
 // (the backend runs on device 0 only).
 bool wide_blocks(size_t n_rows, unsigned wide_tiles) {
-  if (!packed_block_fits(true)) return false;
+  if (!packed_block_fits(DType::Q4_0, true)) return false;
   static const int forced = env_is("MUSER_CUDA_GEMM_WIDE", "1") ? 1 : env_is("MUSER_CUDA_GEMM_WIDE", "0") ? 0 : -1;
   if (forced >= 0) return forced == 1;
   return ceil_tiles(n_rows, kTileRows) * wide_tiles >= static_cast<size_t>(multiprocessor_count());
@@ -483,43 +607,55 @@ bool wide_blocks(size_t n_rows, unsigned wide_tiles) {
 
 }  // namespace
 
-bool packed_block_fits(bool wide) {
-  const int bytes = wide ? BlockShape<2>::kSmemBytes : BlockShape<1>::kSmemBytes;
+bool packed_block_fits(DType type, bool wide) {
+  int bytes = 0;
+  if (type == DType::Q4_K) {
+    if (wide) return false;  // its wide block's 228 KiB are over every device's limit
+    bytes = BlockShape<1, TypeQ4_K>::kSmemBytes;
+  } else {
+    bytes = wide ? BlockShape<2, TypeQ4_0>::kSmemBytes : BlockShape<1, TypeQ4_0>::kSmemBytes;
+  }
   return static_cast<size_t>(bytes) <= shared_memory_per_block_optin();
 }
 
-void launch_gemm_packed(const MatvecTarget* targets, size_t count, const ActivationView& x, size_t n_rows,
-                        cudaStream_t stream) {
+void launch_gemm_packed(DType type, const MatvecTarget* targets, size_t count, const ActivationView& x,
+                        size_t n_rows, cudaStream_t stream) {
   if (n_rows == 0) return;
-  auto launch = [&]<int kHalves>() {
-    using Shape = BlockShape<kHalves>;
-    unsigned tiles = 0;
-    const DecodeTargets packed = decode_targets(targets, count, Shape::kOut, true, tiles);
-    if (tiles == 0) return;
-    with_walk(x.k, [&]<int kP>(int stages_per_class) {
-      const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
-      const size_t n_items = ceil_tiles(n_rows, kTileRows) * n_stages * kTileRows * kStageUnits;
-      launch_dependent(pack_activations_kernel<kP>, dim3(static_cast<unsigned>(ceil_tiles(n_items, 256))),
-                       dim3(256), 0, stream, static_cast<const int8_t*>(x.q), static_cast<const float*>(x.d), n_rows,
-                       static_cast<int>(x.k / 32), stages_per_class, n_items, static_cast<uint8_t*>(x.gemm_pack));
-      check_launch("gemm pack_activations");
-      static const cudaError_t opted_in =
-          cudaFuncSetAttribute(gemm_packed_kernel<kP, kHalves>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Shape::kSmemBytes));
-      check_cuda(opted_in, "cudaFuncSetAttribute(gemm_packed)");
-      const dim3 grid(ceil_div(n_rows, kTileRows), tiles);
-      launch_dependent(gemm_packed_kernel<kP, kHalves>, grid, dim3(Shape::kThreads), Shape::kSmemBytes, stream,
-                       packed, static_cast<const uint8_t*>(x.gemm_pack), stages_per_class, n_rows);
-      check_launch("gemm_packed");
-    });
-  };
-  unsigned wide_tiles = 0;
-  decode_targets(targets, count, BlockShape<2>::kOut, true, wide_tiles);
-  if (wide_blocks(n_rows, wide_tiles)) {
-    launch.template operator()<2>();
-  } else {
-    launch.template operator()<1>();
-  }
+  with_packed_type(type, [&]<typename T>() {
+    auto launch = [&]<int kHalves>() {
+      using Shape = BlockShape<kHalves, T>;
+      unsigned tiles = 0;
+      const DecodeTargets packed = decode_targets(targets, count, Shape::kOut, true, tiles);
+      if (tiles == 0) return;
+      with_walk(x.k, [&]<int kP>(int stages_per_class) {
+        const size_t n_stages = Walk<kP>{stages_per_class}.n_stages();
+        const size_t n_items = ceil_tiles(n_rows, kTileRows) * n_stages * kTileRows * kStageUnits;
+        launch_dependent(pack_activations_kernel<T, kP>, dim3(static_cast<unsigned>(ceil_tiles(n_items, 256))),
+                         dim3(256), 0, stream, x, n_rows, stages_per_class, n_items,
+                         static_cast<uint8_t*>(x.gemm_pack));
+        check_launch("gemm pack_activations");
+        static const cudaError_t opted_in =
+            cudaFuncSetAttribute(gemm_packed_kernel<T, kP, kHalves>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(Shape::kSmemBytes));
+        check_cuda(opted_in, "cudaFuncSetAttribute(gemm_packed)");
+        const dim3 grid(ceil_div(n_rows, kTileRows), tiles);
+        launch_dependent(gemm_packed_kernel<T, kP, kHalves>, grid, dim3(Shape::kThreads), Shape::kSmemBytes, stream,
+                         packed, static_cast<const uint8_t*>(x.gemm_pack), stages_per_class, n_rows);
+        check_launch("gemm_packed");
+      });
+    };
+    if constexpr (Packed<T>::kK) {
+      launch.template operator()<1>();
+    } else {
+      unsigned wide_tiles = 0;
+      decode_targets(targets, count, BlockShape<2, T>::kOut, true, wide_tiles);
+      if (wide_blocks(n_rows, wide_tiles)) {
+        launch.template operator()<2>();
+      } else {
+        launch.template operator()<1>();
+      }
+    }
+  });
 }
 
 }  // namespace muser::cuda::gemm

@@ -24,9 +24,9 @@ static_assert(kTileRows % 32 == 0 && kTileOut % 32 == 0, "a warp stages whole ro
 // `w` between stages, so `raw` and the decoded weights need one buffer each.
 //
 // The K-quants (kSuper, Q4_K): a unit is a 32-element sub-block of a
-// 256-element super-block; its weights bring d and dmin (wd, wm: the
-// super-block's) and the sub-block's 6-bit scale and min (wscmn: sc | mn <<
-// 8), its activations the Q8_K row's d of the super-block (ad) and the two
+// 256-element super-block; its weights bring d sc and d_min mn (wd, wm: the
+// super-block's scales times the sub-block's 6-bit scale and min, exact),
+// its activations the Q8_K row's d of the super-block (ad) and the two
 // 16-element sums of the unit (bs).
 template <typename T>
 constexpr bool kSuper = T::kBlockElems == 256;
@@ -45,7 +45,6 @@ struct Smem {
   int2 bs[2][kSuper<T> ? kStageUnits : 1][kTileRows];  // Q8_K: the unit's two 16-element sums
   float wd[kStageUnits][kTileOut];
   float wm[kWm ? kStageUnits : 1][kTileOut];
-  int wscmn[kSuper<T> ? kStageUnits : 1][kTileOut];
   uint32_t raw[kStageUnits][kTileOut][RawBlock<T>::kStride];
 };
 
@@ -156,8 +155,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           unit.sc = unit.mn = 0;
           unit.d = unit.dmin = 0.0f;
         }
-        sm.wm[my_slot][row] = unit.dmin;
-        sm.wscmn[my_slot][row] = unit.sc | (unit.mn << 8);
+        unit.d = __fmul_rn(unit.d, static_cast<float>(unit.sc));  // d sc and d_min mn: exact
+        sm.wm[my_slot][row] = __fmul_rn(unit.dmin, static_cast<float>(unit.mn));
       } else {
         if (ok) {
           const unsigned at = row * row_bytes32 + unit_at;
@@ -208,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &sm.a[buf][kSlot][a_row[mi]][a_half[mi]]);
     ldmatrix_x4(b, &sm.w[kSlot][b_row][b_half]);
     float ad[2][2], as[2][2], wd[2][2], wm[2][2];
-    [[maybe_unused]] int bs[2][2], scmn[2][2];  // K-quants: a row's 32-element sum; an output's sc | mn << 8
+    [[maybe_unused]] float bs[2][2];  // K-quants: a row's 32-element sum
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
 #pragma unroll
@@ -218,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         as[mi][h] = kHasMin ? sm.as[buf][kSlot][row] : 0.0f;
         if constexpr (kK) {
           const int2 pair = sm.bs[buf][kSlot][row];
-          bs[mi][h] = pair.x + pair.y;
+          bs[mi][h] = static_cast<float>(pair.x + pair.y);
         }
       }
     }
@@ -235,11 +234,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         wm[ni][0] = wm[ni][1] = 0.0f;
       }
-      if constexpr (kK) {
-        const int2 s2 = *reinterpret_cast<const int2*>(&sm.wscmn[kSlot][col]);
-        scmn[ni][0] = s2.x;
-        scmn[ni][1] = s2.y;
-      }
     }
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
@@ -247,19 +241,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int ni = 0; ni < 2; ++ni) {
         int d[4];
         if constexpr (kK) {
-          // The unit's integer sum, then TypeQ4_K::dot's term: sc and mn
-          // scale the integer sums exactly, each converted exactly by the
-          // magic number (below 2^22 in magnitude: |sc isum| <= 63 * 32 *
-          // 15 * 127, |mn bsum| <= 63 * 32 * 127), added to acc as
-          // add_unit_term does.
-          mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], 0);
+          // The unit's integer sum from the magic start (|isum| <= 32 * 15
+          // * 127), then TypeQ4_K::add_scaled's term (q4_k_magic_term).
+          mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], kMagicBits);
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const int sc = scmn[ni][c & 1] & 0xff, mn = scmn[ni][c & 1] >> 8;
-            const float si = __int_as_float(kMagicBits + sc * d[c]) - kMagic;
-            const float smin = __int_as_float(kMagicBits + mn * bs[mi][c >> 1]) - kMagic;
             const int o = (mi * 2 + ni) * 4 + c;
-            acc[o] = acc[o] + T::term(ad[mi][c >> 1], wd[ni][c & 1], wm[ni][c & 1], si, smin);
+            acc[o] = q4_k_magic_term(acc[o], d[c], q4_k_scale(wd[ni][c & 1], wm[ni][c & 1]), bs[mi][c >> 1],
+                                     ad[mi][c >> 1]);
           }
         } else {
           mma_s8(d, a[mi], b[2 * ni], b[2 * ni + 1], kMagicBits);

@@ -204,10 +204,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     const unsigned wg8 = slot_word<kSlot>(wq[1][kSlot / 4]);
     // 16 (q - 8) per byte, as the packed GEMM's B (ops_gemm_mma_packed.cu).
     int a[4];
-    a[0] = gemm::q4_0_low_bytes(wg);
-    a[1] = gemm::q4_0_low_bytes(wg8);
-    a[2] = gemm::q4_0_high_bytes(wg);
-    a[3] = gemm::q4_0_high_bytes(wg8);
+    a[0] = gemm::packed_low_bytes(wg);
+    a[1] = gemm::packed_low_bytes(wg8);
+    a[2] = gemm::packed_high_bytes(wg);
+    a[3] = gemm::packed_high_bytes(wg8);
     const int2 b = *reinterpret_cast<const int2*>(act + kSlot * kGroupRows * 32 + b_off);
     const float2 ad = *reinterpret_cast<const float2*>(act + kActStageQBytes + (kSlot * kGroupRows + r0) * 4);
     int d[4];

@@ -204,10 +204,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const gemm::Q4_0Scale ws = gemm::q4_0_scale(gemm::q4_0_packed_scale(wd));
     const unsigned pw = gemm::q4_0_packed_word(wg), pw8 = gemm::q4_0_packed_word(wg8);
     int a[4];
-    a[0] = gemm::q4_0_low_bytes(pw);
-    a[1] = gemm::q4_0_low_bytes(pw8);
-    a[2] = gemm::q4_0_high_bytes(pw);
-    a[3] = gemm::q4_0_high_bytes(pw8);
+    a[0] = gemm::packed_low_bytes(pw);
+    a[1] = gemm::packed_low_bytes(pw8);
+    a[2] = gemm::packed_high_bytes(pw);
+    a[3] = gemm::packed_high_bytes(pw8);
     const unsigned b_at = stage + act_b + static_cast<unsigned>(su * 32);
     const int b0 = static_cast<int>(lds32(b_at)), b1 = static_cast<int>(lds32(b_at + 16));
     const unsigned d_at = stage + act_d + static_cast<unsigned>(su * 4);

@@ -92,7 +92,9 @@ size_t activation_bytes(ActivationFormat format, size_t n_rows, size_t k) {
     case ActivationFormat::Q8_0:
       return align_up(elems) + align_up(elems / 32 * 4) + align_up(gemm_activation_pack_bytes(format, n_rows, k));
     case ActivationFormat::Q8_1: return align_up(elems) + 2 * align_up(elems / 32 * 4);
-    case ActivationFormat::Q8_K: return align_up(elems) + align_up(elems / 256 * 4) + align_up(elems / 16 * 4);
+    case ActivationFormat::Q8_K:
+      return align_up(elems) + align_up(elems / 256 * 4) + align_up(elems / 16 * 4) +
+             align_up(gemm_activation_pack_bytes(format, n_rows, k));
   }
   throw InternalError("[cuda activation_bytes] unhandled format");
 }
@@ -113,6 +115,8 @@ ActivationView activation_view(ActivationFormat format, size_t n_rows, size_t k,
     view.d = reinterpret_cast<float*>(base);
     base += align_up(elems / 256 * 4);
     view.bsum = reinterpret_cast<int32_t*>(base);
+    base += align_up(elems / 16 * 4);
+    if (gemm_activation_pack_bytes(format, n_rows, k) != 0) view.gemm_pack = base;
     return view;
   }
   view.d = reinterpret_cast<float*>(base);

@@ -10,8 +10,8 @@
 //                         from the block's address)
 //   T::dot(unit, act, u)  the unit's contribution to a row's dot product:
 //                         integer sums (exact, any order) times float scales
-//                         (32-element types: T::add_dot(acc, unit, act, u),
-//                         the contribution added to acc)
+//                         (32-element types and Q4_K: T::add_dot(acc, unit,
+//                         act, u), the contribution added to acc)
 //   T::dequant(row, u, j) element j of unit u as the reference dequantizes it
 // The 32-element types also have T::kHasMin (a weight min times the Q8_1 s)
 // and T::add_scaled(acc, sumf, wd, wm, ad, as), the float part of
@@ -21,6 +21,8 @@
 //
 // Layouts follow tensor/quant_blocks.h; comments there give the bit layout.
 #pragma once
+
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -358,18 +360,26 @@ struct TypeQ4_K {
   __device__ static void load_raw(const uint32_t* words, int t, Unit& w) {
     decode(reinterpret_cast<const uint8_t*>(words), reinterpret_cast<const uint8_t*>(words + 4), t, w);
   }
-  // A unit's term from its exact integer sums, sc * isum (si) and mn * bsum
-  // (sm), each converted exactly: dot's expression, which the GEMM computes
-  // too, so both round every term alike.
-  __device__ __forceinline__ static float term(float ad, float d, float dmin, float si, float sm) {
-    return (ad * d) * si - (ad * dmin) * sm;
+  // A unit's term added to acc, from its exact integer sums isum (the
+  // quants times the activations) and bsum (the activations' sum):
+  //   acc + ad * fl(fl(d sc * isum) - d_min mn * bsum)
+  // in three roundings. d sc and d_min mn are exact (an fp16's 11 significant
+  // bits times 6 bits), so the first product is the exact d sc isum rounded
+  // once, which the packed GEMM gets in one fma from its MMA's magic-number
+  // start (gemm_mma_parts.cuh, q4_k_magic_term); the min is fused into the
+  // subtraction and the activation scale into the add. Every Q4_K kernel
+  // adds its terms through here or through q4_k_magic_term.
+  __device__ __forceinline__ static float add_scaled(float acc, float d_sc_isum, float d_min_mn, float bsum, float ad) {
+    return __fmaf_rn(ad, __fmaf_rn(-d_min_mn, bsum, d_sc_isum), acc);
   }
-  __device__ static float dot(const Unit& w, const ActRow& a, int u) {
+  __device__ static float add_dot(float acc, const Unit& w, const ActRow& a, int u) {
     int4 lo, hi;
     load_act(a, u, lo, hi);
-    const int si = w.sc * (dot16(w.q, lo) + dot16(w.q + 4, hi));
-    const int sm = w.mn * (a.bsum[2 * u] + a.bsum[2 * u + 1]);
-    return term(a.d[u / 8], w.d, w.dmin, static_cast<float>(si), static_cast<float>(sm));
+    const int isum = dot16(w.q, lo) + dot16(w.q + 4, hi);
+    const float d_sc = __fmul_rn(w.d, static_cast<float>(w.sc));
+    const float d_min_mn = __fmul_rn(w.dmin, static_cast<float>(w.mn));
+    const float bsum = static_cast<float>(a.bsum[2 * u] + a.bsum[2 * u + 1]);
+    return add_scaled(acc, __fmul_rn(static_cast<float>(isum), d_sc), d_min_mn, bsum, a.d[u / 8]);
   }
   __device__ static float dequant(const uint8_t* row, int u, int j) {
     const uint8_t* b = row + kBlockBytes * (u / 8);
@@ -514,11 +524,11 @@ struct TypeFloat {
 };
 
 // acc plus unit u's term of one output, as every kernel adds it: the
-// 32-element types add their own way (add_dot, add_scaled), the others add
-// T::dot's float.
+// 32-element types and Q4_K add their own way (add_dot, add_scaled), the
+// others add T::dot's float.
 template <typename T>
 __device__ __forceinline__ float add_unit_term(float acc, const typename T::Unit& w, const ActRow& a, int u) {
-  if constexpr (T::kBlockElems == 32) {
+  if constexpr (T::kBlockElems == 32 || std::is_same_v<T, TypeQ4_K>) {
     return T::add_dot(acc, w, a, u);
   } else {
     return acc + T::dot(w, a, u);
