@@ -1,12 +1,12 @@
 // The packed version of the tensor-core prefill GEMM, the default for Q4_0
-// weights (MUSER_CUDA_GEMM=v1 turns it off): both operands reach it in the
+// and Q4_K weights (MUSER_CUDA_GEMM=v1 turns it off): both operands reach it in the
 // walk's order, so that a stage of a block is two contiguous chunks of
 // global memory. On the H200 (2026-12-02) q 4096x4096 at 512 rows took 111
 // us (v1 194), llama3-8b's 32 layers of matrices 45.4 ms (v1 82.5), pp512
 // 8,123 tok/s (v1 5,141), bitwise the matvec in every test. ops_gemm_mma.cu says
 // why the walk is bitwise the matvec's; the walk and the tree pushes here are
 // v1's (ops_gemm_mma_v1.cu), and each term is T::add_scaled's bits, v1's
-// (from one fma fewer: q4_0_magic_term); the data movement and the weights'
+// (q4_0_magic_term, q4_k_magic_term); the data movement and the weights'
 // decode differ.
 //
 // Why: v1, v3 and the TMA-less versions before all ran ~3 us per 8-unit
