@@ -91,9 +91,10 @@ __device__ __forceinline__ int packed_high_bytes(unsigned w) { return static_cas
 struct Q4_0Scale {
   float c, c_magic;
 };
-// The scale the packed copy keeps for a block's widened fp16 scale wd: wd / 16
-// (exact), q4_0_scale's c.
-__device__ __forceinline__ float q4_0_packed_scale(float wd) { return __fmul_rn(wd, 0.0625f); }
+// The scale the packed copy keeps beside its nibbles, whose bytes are 16
+// times a nibble: the block's scale / 16 (exact for Q4_0's widened fp16 wd,
+// q4_0_scale's c, and for Q4_K's d sc, q4_k_scale's c).
+__device__ __forceinline__ float packed_scale(float scale) { return __fmul_rn(scale, 0.0625f); }
 __device__ __forceinline__ Q4_0Scale q4_0_scale(float wd_over_16) {
   return {wd_over_16, __fmul_rn(wd_over_16, -kMagic)};
 }

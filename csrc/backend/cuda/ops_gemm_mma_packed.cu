@@ -517,13 +517,13 @@ __global__ void pack_weights_kernel(const uint8_t* __restrict__ w, size_t n_out,
       int sc, mn;
       k4_scale_min(block + 4, sub, sc, mn);
       // d sc and d_min mn are exact (11 and 6 significant bits), and so is d sc / 16.
-      scale = q4_0_packed_scale(__fmul_rn(f16_bits_to_f32(load_u16(block)), static_cast<float>(sc)));
+      scale = packed_scale(__fmul_rn(f16_bits_to_f32(load_u16(block)), static_cast<float>(sc)));
       min = __fmul_rn(f16_bits_to_f32(load_u16(block + 2)), static_cast<float>(mn));
 #pragma unroll
       for (int wt = 0; wt < 4; ++wt) words[wt] = q4_k_packed_word(block + 16 + 32 * (sub / 2), sub, wt);
     } else {
       const uint8_t* block = w + (n * n_units + u) * T::kBlockBytes;
-      scale = q4_0_packed_scale(f16_bits_to_f32(load_u16(block)));
+      scale = packed_scale(f16_bits_to_f32(load_u16(block)));
 #pragma unroll
       for (int wt = 0; wt < 4; ++wt) words[wt] = q4_0_packed_word(load_u32_a2(block + 2 + 4 * wt));
     }
@@ -553,20 +553,18 @@ void with_packed_type(DType type, F&& f) {
   }
 }
 
-int scale_sets(DType type) {
-  int sets = 0;
-  with_packed_type(type, [&]<typename T>() { sets = Packed<T>::kScaleSets; });
-  return sets;
-}
-
 }  // namespace
 
 size_t packed_weight_bytes(DType type, size_t n_out, size_t k) {
-  return ceil_tiles(n_out, kTileOut) * stages_of(k) * w_chunk_bytes(scale_sets(type));
+  size_t chunk = 0;
+  with_packed_type(type, [&]<typename T>() { chunk = Packed<T>::kWChunk; });
+  return ceil_tiles(n_out, kTileOut) * stages_of(k) * chunk;
 }
 
 size_t packed_activation_bytes(DType type, size_t n_rows, size_t k) {
-  return ceil_tiles(n_rows, kTileRows) * stages_of(k) * (kActQBytes + scale_sets(type) * kScaleSetBytes);
+  size_t chunk = 0;
+  with_packed_type(type, [&]<typename T>() { chunk = Packed<T>::kActChunk; });
+  return ceil_tiles(n_rows, kTileRows) * stages_of(k) * chunk;
 }
 
 void pack_weights(DType type, const void* w, size_t n_out, size_t k, void* dst, cudaStream_t stream) {

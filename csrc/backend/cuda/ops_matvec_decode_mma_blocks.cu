@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     // The packed copy's scale and nibbles from the block's, so that the
     // operands and the term are the packed kernels'.
     const float wd = f16_bits_to_f32(lds16(stage + (upper ? run_hi : run_lo) + at));
-    const gemm::Q4_0Scale ws = gemm::q4_0_scale(gemm::q4_0_packed_scale(wd));
+    const gemm::Q4_0Scale ws = gemm::q4_0_scale(gemm::packed_scale(wd));
     const unsigned pw = gemm::q4_0_packed_word(wg), pw8 = gemm::q4_0_packed_word(wg8);
     int a[4];
     a[0] = gemm::packed_low_bytes(pw);
